@@ -1,0 +1,216 @@
+//! Multi-document YAML with the line of every field, so a problem can point
+//! at where it is written.
+//!
+//! Data flow: serde-saphyr (the YAML crate kube-rs uses) deserializes each
+//! document into a tree of [`Spanned`] nodes; [`Document`] flattens that into
+//! the JSON value the validators work on plus a map from field path
+//! (`spec.engines[0].name`) to its line.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+use serde_saphyr::Spanned;
+
+use super::structural::join;
+
+/// One YAML document: its JSON value and where each field starts.
+#[derive(Clone, Debug)]
+pub struct Document {
+    /// 1-based line of the document's first node.
+    pub line: u32,
+    /// The document as JSON.
+    pub value: Value,
+    lines: HashMap<String, u32>,
+}
+
+impl Document {
+    /// The line where the field at `path` starts; falls back to the nearest
+    /// enclosing field that was written, then to the document's first line.
+    pub fn line_of(&self, path: &str) -> u32 {
+        let mut path = path;
+        loop {
+            if let Some(line) = self.lines.get(path) {
+                return *line;
+            }
+            match parent(path) {
+                Some(p) => path = p,
+                None => return self.line,
+            }
+        }
+    }
+}
+
+fn parent(path: &str) -> Option<&str> {
+    let cut = path.rfind(['.', '['])?;
+    Some(&path[..cut])
+}
+
+/// A YAML syntax error, with its position.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct YamlError {
+    /// 1-based line of the error, 0 when unknown.
+    pub line: u32,
+    /// What the parser said.
+    pub message: String,
+}
+
+/// Parses every document of a YAML stream; empty documents are skipped.
+pub fn parse_documents(text: &str) -> Result<Vec<Document>, YamlError> {
+    let nodes: Vec<Option<Spanned<Node>>> =
+        serde_saphyr::from_multiple(text).map_err(|e| YamlError {
+            line: e.location().map(|l| l.line() as u32).unwrap_or(0),
+            message: e.to_string(),
+        })?;
+    Ok(nodes
+        .into_iter()
+        .flatten()
+        .filter(|n| !matches!(n.value, Node::Null))
+        .map(|node| {
+            let mut lines = HashMap::new();
+            let line = node.referenced.line() as u32;
+            let value = flatten(node, String::new(), &mut lines);
+            Document { line, value, lines }
+        })
+        .collect())
+}
+
+fn flatten(node: Spanned<Node>, path: String, lines: &mut HashMap<String, u32>) -> Value {
+    if !path.is_empty() {
+        lines.insert(path.clone(), node.referenced.line() as u32);
+    }
+    match node.value {
+        Node::Null => Value::Null,
+        Node::Bool(b) => Value::Bool(b),
+        Node::Number(n) => Value::Number(n),
+        Node::String(s) => Value::String(s),
+        Node::Seq(items) => Value::Array(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| flatten(item, format!("{path}[{i}]"), lines))
+                .collect(),
+        ),
+        Node::Map(entries) => {
+            let mut map = Map::new();
+            for (key, value) in entries {
+                let child = join(&path, &key.value);
+                let v = flatten(value, child.clone(), lines);
+                // The key's line is where the field starts.
+                lines.insert(child, key.referenced.line() as u32);
+                map.insert(key.value, v);
+            }
+            Value::Object(map)
+        }
+    }
+}
+
+/// A YAML node whose children keep their positions.
+#[derive(Debug)]
+enum Node {
+    Null,
+    Bool(bool),
+    Number(Number),
+    String(String),
+    Seq(Vec<Spanned<Node>>),
+    Map(Vec<(Spanned<String>, Spanned<Node>)>),
+}
+
+impl<'de> Deserialize<'de> for Node {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(NodeVisitor)
+    }
+}
+
+struct NodeVisitor;
+
+impl<'de> Visitor<'de> for NodeVisitor {
+    type Value = Node;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Node, E> {
+        Ok(Node::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Node, D::Error> {
+        Node::deserialize(d)
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Node, E> {
+        Ok(Node::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Node, E> {
+        Ok(Node::Number(v.into()))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Node, E> {
+        Ok(Node::Number(v.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
+        Number::from_f64(v)
+            .map(Node::Number)
+            .ok_or_else(|| E::custom(format!("{v} cannot be represented in JSON")))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Node, E> {
+        Ok(Node::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Node, E> {
+        Ok(Node::String(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Spanned<Node>>()? {
+            items.push(item);
+        }
+        Ok(Node::Seq(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
+        let mut entries = Vec::new();
+        // Keys are read as text, so `n:` or `on:` stay names, not YAML 1.1 booleans.
+        while let Some(key) = map.next_key::<Spanned<String>>()? {
+            let value = map.next_value::<Spanned<Node>>()?;
+            entries.push((key, value));
+        }
+        Ok(Node::Map(entries))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_keep_the_line_of_every_field() {
+        let text = "# comment\napiVersion: v1\nkind: A\nspec:\n  items:\n  - name: x\n    n: 1\n---\n---\nkind: B\n";
+        let docs = parse_documents(text).expect("valid YAML");
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].line, 2);
+        assert_eq!(docs[0].line_of("spec"), 4);
+        assert_eq!(docs[0].line_of("spec.items[0].n"), 7);
+        assert_eq!(docs[0].line_of("spec.items[0]"), 6);
+        assert_eq!(docs[0].line_of("spec.items[0].missing"), 6);
+        assert_eq!(docs[1].line, 10);
+        assert_eq!(docs[0].value["spec"]["items"][0]["n"], 1);
+    }
+
+    #[test]
+    fn syntax_errors_carry_a_line() {
+        let err = parse_documents("a: 1\nb: [\n").expect_err("unterminated flow sequence");
+        assert!(err.line >= 2, "line {}", err.line);
+    }
+}

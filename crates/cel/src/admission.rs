@@ -1,0 +1,308 @@
+//! Admission of Modelplane objects, as the API server with Modelplane's CRDs
+//! would do it: identity, metadata, pruning, defaulting, OpenAPI constraints,
+//! then every `x-kubernetes-validations` rule, plus the advisory warnings.
+//!
+//! Data flow: [`Admission::new`] compiles the CEL rules of every kind once;
+//! [`Admission::review`] takes one object (and the previous version, for
+//! transition rules such as the immutable `stack`) and returns a [`Review`]
+//! that lists every problem by field path. `modelplane validate` and the
+//! embedded API server both call it, so every message is written once.
+
+use kube_cel::{CompiledSchema, Validator};
+use modelplane_api::crds::{self, KindInfo, Scope};
+use modelplane_api::validation::structural::{self, ErrorType, FieldError, render_value};
+use modelplane_api::validation::{self, Warning};
+use serde_json::Value;
+
+/// One problem with an object, at a field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Field path (`spec.replicas`); empty for the object as a whole.
+    pub path: String,
+    /// The API server's wording of the cause.
+    pub message: String,
+}
+
+impl From<FieldError> for Problem {
+    fn from(e: FieldError) -> Self {
+        Problem {
+            path: e.path.clone(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// The outcome of reviewing one object.
+#[derive(Clone, Debug)]
+pub enum Review {
+    /// Not a Modelplane kind (a Secret, a ProviderConfig…): nothing to check.
+    Skipped {
+        /// `apiVersion` of the object.
+        api_version: String,
+        /// `kind` of the object.
+        kind: String,
+    },
+    /// A Modelplane object, checked.
+    Checked {
+        /// The kind.
+        kind: &'static str,
+        /// `metadata.name`, or empty when missing.
+        name: String,
+        /// `metadata.namespace` when set.
+        namespace: Option<String>,
+        /// The object as stored: pruned and defaulted.
+        object: Value,
+        /// Reasons the API server would reject it; empty when accepted.
+        errors: Vec<Problem>,
+        /// Advisories that do not reject it.
+        warnings: Vec<Warning>,
+    },
+}
+
+struct CompiledKind {
+    info: &'static KindInfo,
+    schema: Value,
+    rules: CompiledSchema,
+}
+
+/// Compiled admission for every Modelplane kind; build once, review many.
+pub struct Admission {
+    validator: Validator,
+    kinds: Vec<CompiledKind>,
+}
+
+impl std::fmt::Debug for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admission")
+            .field("kinds", &self.kinds.len())
+            .finish()
+    }
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Admission {
+    /// Compiles the schemas and CEL rules of every kind in [`crds::KINDS`].
+    pub fn new() -> Self {
+        let kinds = crds::KINDS
+            .iter()
+            .map(|info| {
+                let schema = info.schema();
+                let rules = kube_cel::compile_schema(&schema);
+                CompiledKind {
+                    info,
+                    schema,
+                    rules,
+                }
+            })
+            .collect();
+        Admission {
+            validator: Validator::new(),
+            kinds,
+        }
+    }
+
+    /// Reviews one object. `old` is the object it replaces, if any; only then
+    /// do transition rules (`oldSelf`) run.
+    pub fn review(&self, object: Value, old: Option<&Value>) -> Review {
+        let api_version = object["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let kind_name = object["kind"].as_str().unwrap_or_default().to_string();
+        if !crds::is_modelplane_group(&api_version) {
+            if api_version.is_empty() || kind_name.is_empty() {
+                return identity_problem(object, &api_version, &kind_name);
+            }
+            return Review::Skipped {
+                api_version,
+                kind: kind_name,
+            };
+        }
+        let Some(compiled) = self
+            .kinds
+            .iter()
+            .find(|k| k.info.kind == kind_name && k.info.api_version() == api_version)
+        else {
+            return identity_problem(object, &api_version, &kind_name);
+        };
+        self.check(compiled, object, old)
+    }
+
+    fn check(&self, compiled: &CompiledKind, mut object: Value, old: Option<&Value>) -> Review {
+        let info = compiled.info;
+        let mut errors: Vec<Problem> = metadata_problems(info, &object);
+        let metadata = take_metadata(&mut object);
+        let schema_errors = structural::admit(&compiled.schema, &mut object, "");
+        let blocking = schema_errors
+            .iter()
+            .any(|e| matches!(e.error, ErrorType::WrongType { .. }));
+        errors.extend(schema_errors.into_iter().map(Problem::from));
+        let old = old.map(|o| {
+            let mut o = o.clone();
+            take_metadata(&mut o);
+            structural::admit(&compiled.schema, &mut o, "");
+            o
+        });
+        // CEL rules see the object as the API server would: pruned and defaulted.
+        // Like the API server, they do not run past a value of the wrong type.
+        if blocking {
+            errors.push(Problem {
+                path: String::new(),
+                message: "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+            });
+        } else if let Err(failures) =
+            self.validator
+                .validate_compiled(&compiled.rules, &object, old.as_ref())
+        {
+            for f in failures {
+                let shown = value_at(&object, &f.field_path)
+                    .map(|v| render_type(v))
+                    .unwrap_or_else(|| "\"object\"".to_string());
+                errors.push(Problem {
+                    path: f.field_path.clone(),
+                    message: format!("Invalid value: {shown}: {}", f.message),
+                });
+            }
+        }
+        if let Some(metadata) = metadata {
+            if let Value::Object(map) = &mut object {
+                map.insert("metadata".into(), metadata);
+            }
+        }
+        let warnings = validation::warnings(info.kind, &object);
+        Review::Checked {
+            kind: info.kind,
+            name: object["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            namespace: object["metadata"]["namespace"].as_str().map(str::to_string),
+            object,
+            errors,
+            warnings,
+        }
+    }
+}
+
+fn identity_problem(object: Value, api_version: &str, kind: &str) -> Review {
+    let message = if api_version.is_empty() {
+        "Required value: apiVersion must be set".to_string()
+    } else if kind.is_empty() {
+        "Required value: kind must be set".to_string()
+    } else {
+        format!("no matches for kind \"{kind}\" in version \"{api_version}\"")
+    };
+    let path = if api_version.is_empty() {
+        "apiVersion"
+    } else {
+        "kind"
+    };
+    Review::Checked {
+        kind: "",
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        namespace: None,
+        object,
+        errors: vec![Problem {
+            path: path.into(),
+            message,
+        }],
+        warnings: Vec::new(),
+    }
+}
+
+fn take_metadata(object: &mut Value) -> Option<Value> {
+    object.as_object_mut().and_then(|m| m.remove("metadata"))
+}
+
+/// `metadata` checks of the API server: a valid name, string labels.
+fn metadata_problems(info: &KindInfo, object: &Value) -> Vec<Problem> {
+    let metadata = &object["metadata"];
+    let mut out = Vec::new();
+    match metadata["name"].as_str() {
+        None if metadata.get("generateName").is_none() => out.push(Problem {
+            path: "metadata.name".into(),
+            message: "Required value: name or generateName is required".into(),
+        }),
+        Some(name) if !is_dns_subdomain(name) => out.push(Problem {
+            path: "metadata.name".into(),
+            message: format!(
+                "Invalid value: {}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                render_value(&Value::String(name.into()))
+            ),
+        }),
+        _ => {}
+    }
+    if info.scope == Scope::Namespaced
+        && let Some(ns) = metadata["namespace"].as_str()
+        && !is_dns_label(ns)
+    {
+        out.push(Problem {
+            path: "metadata.namespace".into(),
+            message: format!(
+                "Invalid value: {}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+                render_value(&Value::String(ns.into()))
+            ),
+        });
+    }
+    for field in ["labels", "annotations"] {
+        if let Some(map) = metadata[field].as_object() {
+            for (key, value) in map {
+                if !value.is_string() {
+                    out.push(Problem {
+                        path: format!("metadata.{field}.{key}"),
+                        message: format!(
+                            "Invalid value: {}: metadata.{field}.{key} in body must be of type string",
+                            render_value(value)
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// The value at a field path such as `spec.engines[0].members`.
+fn value_at<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = root;
+    for part in path.split('.').filter(|p| !p.is_empty()) {
+        let (name, indexes) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !name.is_empty() {
+            cur = cur.get(name)?;
+        }
+        for index in indexes.split('[').filter(|s| !s.is_empty()) {
+            cur = cur.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
+        }
+    }
+    Some(cur)
+}
+
+/// The API server shows a failed CEL rule's value as its schema type.
+fn render_type(value: &Value) -> String {
+    format!("\"{}\"", structural::type_name(value))
+}

@@ -1,0 +1,10 @@
+//! Kubernetes CEL for Modelplane: the `x-kubernetes-validations` rules of
+//! its CRDs (admission) and, later, DRA device selectors.
+//!
+//! Everything goes through `kube-cel`, which implements the Kubernetes CEL
+//! libraries; its `cel` crate is used only through its re-export.
+#![warn(missing_docs)]
+
+pub mod admission;
+
+pub use admission::{Admission, Problem, Review};

@@ -1,0 +1,68 @@
+//! `modelplane`: the one binary. Each subcommand lives in its own module;
+//! this file only parses arguments and maps outcomes to exit codes.
+
+mod crds;
+mod validate;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Modelplane: the control plane for a fleet of AI inference clusters.
+///
+/// Platform teams declare clusters (InferenceCluster), node-pool hardware
+/// (InferenceClass) and the gateway (InferenceGateway); ML teams declare models
+/// (ModelDeployment, ModelCache, ModelService). Modelplane places every
+/// replica on hardware that fits and serves them behind one OpenAI-compatible
+/// endpoint.
+#[derive(Parser, Debug)]
+#[command(name = "modelplane", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the version of this binary and of the API it serves.
+    Version,
+    /// Print the CustomResourceDefinitions of all 14 kinds.
+    Crds(crds::CrdsArgs),
+    /// Check manifests as the API server would admit them.
+    Validate(validate::ValidateArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Version => {
+            println!(
+                "modelplane {} (API {}/{}, {}/{})",
+                env!("CARGO_PKG_VERSION"),
+                modelplane_api::crds::GROUP,
+                modelplane_api::crds::VERSION,
+                modelplane_api::crds::INFRASTRUCTURE_GROUP,
+                modelplane_api::crds::VERSION,
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Crds(args) => report(crds::run(&args)),
+        Command::Validate(args) => match validate::run(&args) {
+            Ok(outcome) => ExitCode::from(outcome.exit_code()),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

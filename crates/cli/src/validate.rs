@@ -1,0 +1,397 @@
+//! `modelplane validate`: check manifests as the API server with
+//! Modelplane's CRDs would admit them, without a cluster.
+//!
+//! Data flow: paths → files (directories recursively) → YAML documents with
+//! line numbers → `Admission::review` per document (with its previous version
+//! from `--old`, if any) → one report line per problem, or one JSON report.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use modelplane_api::validation::yaml::{Document, parse_documents};
+use modelplane_cel::{Admission, Review};
+use serde::Serialize;
+use serde_json::Value;
+
+/// Output format of `validate`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// One line per problem: `FILE:LINE: Kind/name: field.path: message`.
+    #[default]
+    Text,
+    /// One JSON report with every document and problem.
+    Json,
+}
+
+/// Arguments of `modelplane validate`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Exit status: 0 when every Modelplane document is accepted (warnings allowed), \
+1 when any is rejected, 2 when an input cannot be read or parsed.
+
+Examples:
+  modelplane validate -f examples/
+  kubectl get modeldeployments -A -o yaml | modelplane validate -f -
+  modelplane validate -f cluster.yaml --old cluster-before.yaml")]
+pub struct ValidateArgs {
+    /// Manifest files or directories (searched recursively for .yaml, .yml
+    /// and .json); `-` reads standard input. Multi-document YAML is fine.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", num_args = 1.., required = true)]
+    paths: Vec<String>,
+    /// Previous versions of the objects (same kind, namespace and name), so
+    /// that rules comparing old and new, such as the immutable
+    /// `InferenceCluster.spec.stack`, are checked as on an update.
+    #[arg(long, value_name = "FILE")]
+    old: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Text)]
+    output: Format,
+}
+
+/// A problem located in a file.
+#[derive(Debug, Serialize)]
+struct Located {
+    line: u32,
+    path: String,
+    message: String,
+}
+
+/// What happened to one document (or one unreadable input).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DocumentReport {
+    file: String,
+    line: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    api_version: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    kind: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    namespace: Option<String>,
+    /// `accepted`, `rejected`, `skipped` or `unreadable`.
+    status: &'static str,
+    errors: Vec<Located>,
+    warnings: Vec<Located>,
+}
+
+/// Counts over every document.
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    documents: usize,
+    accepted: usize,
+    rejected: usize,
+    skipped: usize,
+    unreadable: usize,
+    errors: usize,
+    warnings: usize,
+}
+
+impl Summary {
+    /// 2 when an input could not be read, 1 when a document was rejected, else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.unreadable > 0 {
+            2
+        } else if self.rejected > 0 {
+            1
+        } else {
+            0
+        }
+    }
+}
+
+/// One input: a display name and its text, or why it could not be read.
+struct Input {
+    name: String,
+    text: Result<String, String>,
+}
+
+/// Runs `validate`, printing the report; returns the counts.
+pub fn run(args: &ValidateArgs) -> anyhow::Result<Summary> {
+    let admission = Admission::new();
+    let old = load_old(&args.old)?;
+    let mut reports = Vec::new();
+    for input in collect_inputs(&args.paths) {
+        reports.extend(check_input(&admission, &old, input));
+    }
+    let summary = summarize(&reports);
+    match args.output {
+        Format::Text => print_text(&reports, &summary),
+        Format::Json => {
+            let report = serde_json::json!({ "documents": reports, "summary": summary });
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        }
+    }
+    Ok(summary)
+}
+
+/// Identity of an object for matching `--old` versions.
+type ObjectKey = (String, String, String, String);
+
+fn object_key(value: &Value) -> ObjectKey {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    (
+        s(&value["apiVersion"]),
+        s(&value["kind"]),
+        s(&value["metadata"]["namespace"]),
+        s(&value["metadata"]["name"]),
+    )
+}
+
+fn load_old(paths: &[PathBuf]) -> anyhow::Result<HashMap<ObjectKey, Value>> {
+    let mut old = HashMap::new();
+    for path in paths {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --old {}", path.display()))?;
+        let docs = parse_documents(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "{}:{}: YAML syntax error: {}",
+                path.display(),
+                e.line,
+                e.message
+            )
+        })?;
+        for doc in docs {
+            old.insert(object_key(&doc.value), doc.value);
+        }
+    }
+    Ok(old)
+}
+
+fn collect_inputs(paths: &[String]) -> Vec<Input> {
+    let mut inputs = Vec::new();
+    for path in paths {
+        if path == "-" {
+            let mut text = String::new();
+            let read = std::io::stdin()
+                .read_to_string(&mut text)
+                .map(|_| text)
+                .map_err(|e| e.to_string());
+            inputs.push(Input {
+                name: "<stdin>".into(),
+                text: read,
+            });
+            continue;
+        }
+        let p = Path::new(path);
+        if p.is_dir() {
+            let mut files = Vec::new();
+            walk_dir(p, &mut files);
+            files.sort();
+            inputs.extend(files.into_iter().map(|f| Input {
+                name: f.display().to_string(),
+                text: std::fs::read_to_string(&f).map_err(|e| e.to_string()),
+            }));
+        } else {
+            inputs.push(Input {
+                name: path.clone(),
+                text: std::fs::read_to_string(p).map_err(|e| e.to_string()),
+            });
+        }
+    }
+    inputs
+}
+
+fn walk_dir(dir: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        files.push(dir.to_path_buf());
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            walk_dir(&path, files);
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            files.push(path);
+        }
+    }
+}
+
+fn unreadable(file: &str, line: u32, message: String) -> DocumentReport {
+    DocumentReport {
+        file: file.to_string(),
+        line,
+        api_version: String::new(),
+        kind: String::new(),
+        name: String::new(),
+        namespace: None,
+        status: "unreadable",
+        errors: vec![Located {
+            line,
+            path: String::new(),
+            message,
+        }],
+        warnings: Vec::new(),
+    }
+}
+
+fn check_input(
+    admission: &Admission,
+    old: &HashMap<ObjectKey, Value>,
+    input: Input,
+) -> Vec<DocumentReport> {
+    let text = match input.text {
+        Ok(text) => text,
+        Err(e) => return vec![unreadable(&input.name, 0, format!("cannot read: {e}"))],
+    };
+    match parse_documents(&text) {
+        Ok(docs) => docs
+            .into_iter()
+            .map(|doc| check_document(admission, old, &input.name, doc))
+            .collect(),
+        Err(e) => vec![unreadable(
+            &input.name,
+            e.line,
+            format!("YAML syntax error: {}", e.message),
+        )],
+    }
+}
+
+fn check_document(
+    admission: &Admission,
+    old: &HashMap<ObjectKey, Value>,
+    file: &str,
+    doc: Document,
+) -> DocumentReport {
+    let previous = old.get(&object_key(&doc.value));
+    let api_version = doc.value["apiVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if !doc.value.is_object() {
+        return DocumentReport {
+            kind: String::new(),
+            ..unreadable(file, doc.line, "a manifest must be a YAML mapping".into())
+        };
+    }
+    let locate = |path: String, message: String| Located {
+        line: doc.line_of(&path),
+        path,
+        message,
+    };
+    match admission.review(doc.value.clone(), previous) {
+        Review::Skipped { api_version, kind } => DocumentReport {
+            file: file.to_string(),
+            line: doc.line,
+            api_version,
+            kind,
+            name: doc.value["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            namespace: doc.value["metadata"]["namespace"]
+                .as_str()
+                .map(str::to_string),
+            status: "skipped",
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        },
+        Review::Checked {
+            kind,
+            name,
+            namespace,
+            errors,
+            warnings,
+            ..
+        } => DocumentReport {
+            file: file.to_string(),
+            line: doc.line,
+            api_version,
+            kind: if kind.is_empty() {
+                doc.value["kind"].as_str().unwrap_or_default().to_string()
+            } else {
+                kind.to_string()
+            },
+            name,
+            namespace,
+            status: if errors.is_empty() {
+                "accepted"
+            } else {
+                "rejected"
+            },
+            errors: errors
+                .into_iter()
+                .map(|p| locate(p.path, p.message))
+                .collect(),
+            warnings: warnings
+                .into_iter()
+                .map(|w| locate(w.path, w.message))
+                .collect(),
+        },
+    }
+}
+
+fn summarize(reports: &[DocumentReport]) -> Summary {
+    let mut s = Summary::default();
+    for r in reports {
+        match r.status {
+            "accepted" => s.accepted += 1,
+            "rejected" => s.rejected += 1,
+            "skipped" => s.skipped += 1,
+            _ => s.unreadable += 1,
+        }
+        s.errors += r.errors.len();
+        s.warnings += r.warnings.len();
+    }
+    s.documents = s.accepted + s.rejected + s.skipped;
+    s
+}
+
+fn print_text(reports: &[DocumentReport], summary: &Summary) {
+    for r in reports {
+        let object = format!("{}/{}", r.kind, r.name);
+        let field = |p: &Located| {
+            if p.path.is_empty() {
+                String::new()
+            } else {
+                format!("{}: ", p.path)
+            }
+        };
+        match r.status {
+            "unreadable" => {
+                for e in &r.errors {
+                    println!("{}:{}: {}", r.file, e.line, e.message);
+                }
+            }
+            "skipped" => println!(
+                "{}:{}: {object}: skipped: {} is not a Modelplane kind",
+                r.file, r.line, r.api_version
+            ),
+            _ => {
+                for e in &r.errors {
+                    println!("{}:{}: {object}: {}{}", r.file, e.line, field(e), e.message);
+                }
+                for w in &r.warnings {
+                    println!(
+                        "{}:{}: {object}: {}warning: {}",
+                        r.file,
+                        w.line,
+                        field(w),
+                        w.message
+                    );
+                }
+            }
+        }
+    }
+    println!(
+        "{} documents: {} accepted, {} rejected, {} skipped{}; {} errors, {} warnings",
+        summary.documents,
+        summary.accepted,
+        summary.rejected,
+        summary.skipped,
+        if summary.unreadable > 0 {
+            format!(", {} unreadable inputs", summary.unreadable)
+        } else {
+            String::new()
+        },
+        summary.errors,
+        summary.warnings
+    );
+}
