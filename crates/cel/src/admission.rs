@@ -140,7 +140,8 @@ impl Admission {
         let schema_errors = structural::admit(&compiled.schema, &mut object, "");
         let blocking = schema_errors
             .iter()
-            .any(|e| matches!(e.error, ErrorType::WrongType { .. }));
+            .find(|e| matches!(e.error, ErrorType::WrongType { .. }))
+            .map(|e| e.path.clone());
         errors.extend(schema_errors.into_iter().map(Problem::from));
         let old = old.map(|o| {
             let mut o = o.clone();
@@ -150,10 +151,10 @@ impl Admission {
         });
         // CEL rules see the object as the API server would: pruned and defaulted.
         // Like the API server, they do not run past a value of the wrong type.
-        if blocking {
+        if let Some(path) = blocking {
             errors.push(Problem {
-                path: String::new(),
-                message: "Invalid value: \"null\": some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+                path,
+                message: "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
             });
         } else if let Err(failures) =
             self.validator

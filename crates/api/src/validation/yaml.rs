@@ -62,7 +62,9 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, YamlError> {
     let nodes: Vec<Option<Spanned<Node>>> =
         serde_saphyr::from_multiple(text).map_err(|e| YamlError {
             line: e.location().map(|l| l.line() as u32).unwrap_or(0),
-            message: e.to_string(),
+            // The parser's report spans several lines with a source excerpt;
+            // its first line says it all.
+            message: first_line(&e.to_string()),
         })?;
     Ok(nodes
         .into_iter()
@@ -75,6 +77,11 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, YamlError> {
             Document { line, value, lines }
         })
         .collect())
+}
+
+fn first_line(report: &str) -> String {
+    let line = report.lines().next().unwrap_or_default();
+    line.strip_prefix("error: ").unwrap_or(line).to_string()
 }
 
 fn flatten(node: Spanned<Node>, path: String, lines: &mut HashMap<String, u32>) -> Value {
