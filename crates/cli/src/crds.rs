@@ -23,20 +23,10 @@ pub struct CrdsArgs {
     output: Format,
 }
 
-/// The CRDs as multi-document YAML.
-pub fn render_yaml() -> anyhow::Result<String> {
-    let mut out = String::new();
-    for crd in modelplane_api::crds::all_crds() {
-        out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(&crd).context("serializing a CRD to YAML")?);
-    }
-    Ok(out)
-}
-
 /// Prints the CRDs.
 pub fn run(args: &CrdsArgs) -> anyhow::Result<()> {
     let text = match args.output {
-        Format::Yaml => render_yaml()?,
+        Format::Yaml => modelplane_api::crds::render_yaml().context("serializing the CRDs to YAML")?,
         Format::Json => {
             let list = serde_json::json!({
                 "apiVersion": "v1",

@@ -345,3 +345,13 @@ pub fn crd(info: &KindInfo) -> Value {
 pub fn all_crds() -> Vec<Value> {
     KINDS.iter().map(crd).collect()
 }
+
+/// Every CRD as multi-document YAML, as `modelplane crds` prints it.
+pub fn render_yaml() -> Result<String, serde_saphyr::ser::Error> {
+    let mut out = String::new();
+    for crd in all_crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(&crd)?);
+    }
+    Ok(out)
+}

@@ -6,6 +6,7 @@
 //! schema; `modelplane-cel` then runs the schema's CEL rules; [`warnings`]
 //! adds the advisories that never reject a manifest.
 
+pub mod crd_schema;
 pub mod structural;
 pub mod yaml;
 
