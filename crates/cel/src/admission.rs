@@ -162,7 +162,7 @@ impl Admission {
         {
             for f in failures {
                 let shown = value_at(&object, &f.field_path)
-                    .map(|v| render_type(v))
+                    .map(render_type)
                     .unwrap_or_else(|| "\"object\"".to_string());
                 errors.push(Problem {
                     path: f.field_path.clone(),
@@ -170,10 +170,8 @@ impl Admission {
                 });
             }
         }
-        if let Some(metadata) = metadata {
-            if let Value::Object(map) = &mut object {
-                map.insert("metadata".into(), metadata);
-            }
+        if let (Some(metadata), Value::Object(map)) = (metadata, &mut object) {
+            map.insert("metadata".into(), metadata);
         }
         let warnings = validation::warnings(info.kind, &object);
         Review::Checked {

@@ -170,3 +170,13 @@ fn a_missing_file_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stdout).contains("does-not-exist.yaml:0: cannot read"));
 }
+
+#[test]
+fn the_readme_examples_are_accepted_without_warnings() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = modelplane(&root, &["validate", "-f", "examples/"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.ends_with("0 errors, 0 warnings\n"), "{stdout}");
+    assert!(!stdout.contains("0 documents"), "{stdout}");
+}

@@ -43,16 +43,12 @@ pub fn warnings(kind: &str, object: &Value) -> Vec<Warning> {
                 }
             }
         }
-        "EKSCluster" | "GKECluster" | "AKSCluster" | "NebiusCluster" | "VultrCluster" => {
-            if spec.get("kubernetesVersion").is_some() {
-                removed("spec.kubernetesVersion".to_string());
-            }
+        "EKSCluster" | "GKECluster" | "AKSCluster" | "NebiusCluster" | "VultrCluster"
+            if spec.get("kubernetesVersion").is_some() =>
+        {
+            removed("spec.kubernetesVersion".to_string())
         }
-        "ServingStack" => {
-            if spec.get("versions").is_some() {
-                removed("spec.versions".to_string());
-            }
-        }
+        "ServingStack" if spec.get("versions").is_some() => removed("spec.versions".to_string()),
         "ModelDeployment" => out.extend(uncached_multi_node_engines(&spec["template"]["spec"])),
         _ => {}
     }
