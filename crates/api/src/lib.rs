@@ -13,4 +13,5 @@ pub mod crds;
 pub mod labels;
 pub mod names;
 pub mod schema;
+pub mod types;
 pub mod validation;

@@ -15,7 +15,10 @@ fn every_crd_schema_is_structural_and_its_defaults_validate() {
 fn there_are_fourteen_kinds_with_unique_names_and_short_names() {
     assert_eq!(KINDS.len(), 14);
     let mut names: Vec<String> = KINDS.iter().map(|k| k.crd_name()).collect();
-    let mut shorts: Vec<&str> = KINDS.iter().flat_map(|k| k.short_names.iter().copied()).collect();
+    let mut shorts: Vec<&str> = KINDS
+        .iter()
+        .flat_map(|k| k.short_names.iter().copied())
+        .collect();
     names.sort();
     names.dedup();
     shorts.sort();
@@ -32,7 +35,10 @@ fn stack_is_an_immutable_enum_defaulting_to_standard() {
     let stack = &schema["properties"]["spec"]["properties"]["stack"];
     assert_eq!(stack["enum"], serde_json::json!(["Standard", "Dynamo"]));
     assert_eq!(stack["default"], "Standard");
-    assert_eq!(stack["x-kubernetes-validations"][0]["rule"], "self == oldSelf");
+    assert_eq!(
+        stack["x-kubernetes-validations"][0]["rule"],
+        "self == oldSelf"
+    );
 }
 
 #[test]

@@ -56,7 +56,8 @@ fn errors_of(review: Review) -> Vec<String> {
 }
 
 fn cluster(stack: Option<&str>) -> Value {
-    let mut spec = json!({"cluster": {"source": "Existing", "existing": {"secretRef": {"name": "kc"}}}});
+    let mut spec =
+        json!({"cluster": {"source": "Existing", "existing": {"secretRef": {"name": "kc"}}}});
     if let Some(stack) = stack {
         spec["stack"] = json!(stack);
     }
@@ -71,7 +72,9 @@ fn stack_change_is_rejected_only_on_update() {
     let old = cluster(None);
     assert_eq!(
         errors_of(admission.review(cluster(Some("Dynamo")), Some(&old))),
-        vec!["spec.stack: Invalid value: \"string\": stack is immutable; create a new InferenceCluster to change stacks"]
+        vec![
+            "spec.stack: Invalid value: \"string\": stack is immutable; create a new InferenceCluster to change stacks"
+        ]
     );
     // Setting the default explicitly is no change.
     assert!(errors_of(admission.review(cluster(Some("Standard")), Some(&old))).is_empty());
@@ -86,7 +89,9 @@ fn defaults_are_applied_before_rules_run() {
     let admission = Admission::new();
     assert_eq!(
         errors_of(admission.review(class, None)),
-        vec!["spec.devices[0]: Invalid value: \"object\": deviceClassName is required when claim is DRA"]
+        vec![
+            "spec.devices[0]: Invalid value: \"object\": deviceClassName is required when claim is DRA"
+        ]
     );
 }
 
@@ -98,7 +103,10 @@ fn admitted_objects_carry_their_defaults() {
     };
     assert!(errors.is_empty());
     assert_eq!(object["spec"]["stack"], "Standard");
-    assert_eq!(object["spec"]["cluster"]["existing"]["secretRef"]["key"], "kubeconfig");
+    assert_eq!(
+        object["spec"]["cluster"]["existing"]["secretRef"]["key"],
+        "kubeconfig"
+    );
     assert_eq!(object["metadata"]["name"], "byo");
 }
 
@@ -106,5 +114,8 @@ fn admitted_objects_carry_their_defaults() {
 fn other_kinds_are_skipped() {
     let admission = Admission::new();
     let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
-    assert!(matches!(admission.review(secret, None), Review::Skipped { .. }));
+    assert!(matches!(
+        admission.review(secret, None),
+        Review::Skipped { .. }
+    ));
 }

@@ -26,7 +26,9 @@ pub struct CrdsArgs {
 /// Prints the CRDs.
 pub fn run(args: &CrdsArgs) -> anyhow::Result<()> {
     let text = match args.output {
-        Format::Yaml => modelplane_api::crds::render_yaml().context("serializing the CRDs to YAML")?,
+        Format::Yaml => {
+            modelplane_api::crds::render_yaml().context("serializing the CRDs to YAML")?
+        }
         Format::Json => {
             let list = serde_json::json!({
                 "apiVersion": "v1",

@@ -119,9 +119,16 @@ fn check_node(node: &Value, path: &str, root: bool, out: &mut Vec<String>) {
             ));
         }
     }
-    if let Some(rules) = map.get("x-kubernetes-validations").and_then(Value::as_array) {
+    if let Some(rules) = map
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
         for rule in rules {
-            if rule.get("rule").and_then(Value::as_str).is_none_or(str::is_empty) {
+            if rule
+                .get("rule")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
                 out.push(format!("{at}: a validation rule needs rule text"));
             }
         }
@@ -142,7 +149,13 @@ fn check_node(node: &Value, path: &str, root: bool, out: &mut Vec<String>) {
 /// Inside `allOf`/`anyOf`/`oneOf`/`not` only value validations may appear.
 fn check_value_validation(node: &Value, at: &str, out: &mut Vec<String>) {
     let Some(map) = node.as_object() else { return };
-    for forbidden in ["type", "default", "description", "nullable", "additionalProperties"] {
+    for forbidden in [
+        "type",
+        "default",
+        "description",
+        "nullable",
+        "additionalProperties",
+    ] {
         if map.contains_key(forbidden) {
             out.push(format!("{at}: {forbidden} is not allowed inside a junctor"));
         }
@@ -170,7 +183,9 @@ fn check_value_validation(node: &Value, at: &str, out: &mut Vec<String>) {
 fn check_list_type(map: &serde_json::Map<String, Value>, at: &str, out: &mut Vec<String>) {
     let Some(list_type) = map.get("x-kubernetes-list-type").and_then(Value::as_str) else {
         if map.contains_key("x-kubernetes-list-map-keys") {
-            out.push(format!("{at}: list-map-keys need x-kubernetes-list-type: map"));
+            out.push(format!(
+                "{at}: list-map-keys need x-kubernetes-list-type: map"
+            ));
         }
         return;
     };
@@ -200,7 +215,9 @@ fn check_list_type(map: &serde_json::Map<String, Value>, at: &str, out: &mut Vec
     for key in keys.iter().filter_map(Value::as_str) {
         let prop = items.and_then(|i| i.pointer(&format!("/properties/{key}")));
         match prop {
-            None => out.push(format!("{at}: list-map key {key} is not a property of the items")),
+            None => out.push(format!(
+                "{at}: list-map key {key} is not a property of the items"
+            )),
             Some(p) => {
                 let scalar = matches!(
                     p.get("type").and_then(Value::as_str),
@@ -239,10 +256,21 @@ mod tests {
             }
         });
         let v = structural_violations(&schema);
-        assert!(v.iter().any(|m| m.starts_with("untyped: type must be specified")), "{v:?}");
+        assert!(
+            v.iter()
+                .any(|m| m.starts_with("untyped: type must be specified")),
+            "{v:?}"
+        );
         assert!(v.iter().any(|m| m.contains("mutually exclusive")), "{v:?}");
-        assert!(v.iter().any(|m| m.contains("must be required or have a default")), "{v:?}");
-        assert!(v.iter().any(|m| m.starts_with("bad_default: default 0")), "{v:?}");
+        assert!(
+            v.iter()
+                .any(|m| m.contains("must be required or have a default")),
+            "{v:?}"
+        );
+        assert!(
+            v.iter().any(|m| m.starts_with("bad_default: default 0")),
+            "{v:?}"
+        );
         assert!(v.iter().any(|m| m.contains("$ref is not allowed")), "{v:?}");
         assert_eq!(v.len(), 5, "{v:?}");
     }
