@@ -8,11 +8,12 @@
 //! that lists every problem by field path. `modelplane validate` and the
 //! embedded API server both call it, so every message is written once.
 
-use kube_cel::{CompiledSchema, Validator};
 use modelplane_api::crds::{self, KindInfo, Scope};
 use modelplane_api::validation::structural::{self, ErrorType, FieldError, render_value};
 use modelplane_api::validation::{self, Warning};
 use serde_json::Value;
+
+use crate::rules::RuleSet;
 
 /// One problem with an object, at a field path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,12 +63,11 @@ pub enum Review {
 struct CompiledKind {
     info: &'static KindInfo,
     schema: Value,
-    rules: CompiledSchema,
+    rules: RuleSet,
 }
 
 /// Compiled admission for every Modelplane kind; build once, review many.
 pub struct Admission {
-    validator: Validator,
     kinds: Vec<CompiledKind>,
 }
 
@@ -92,7 +92,7 @@ impl Admission {
             .iter()
             .map(|info| {
                 let schema = info.schema();
-                let rules = kube_cel::compile_schema(&schema);
+                let rules = RuleSet::compile(&schema);
                 CompiledKind {
                     info,
                     schema,
@@ -100,10 +100,7 @@ impl Admission {
                 }
             })
             .collect();
-        Admission {
-            validator: Validator::new(),
-            kinds,
-        }
+        Admission { kinds }
     }
 
     /// Reviews one object. `old` is the object it replaces, if any; only then
@@ -156,19 +153,17 @@ impl Admission {
                 path,
                 message: "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
             });
-        } else if let Err(failures) =
-            self.validator
-                .validate_compiled(&compiled.rules, &object, old.as_ref())
-        {
-            for f in failures {
-                let shown = value_at(&object, &f.field_path)
-                    .map(render_type)
-                    .unwrap_or_else(|| "\"object\"".to_string());
-                errors.push(Problem {
-                    path: f.field_path.clone(),
-                    message: format!("Invalid value: {shown}: {}", f.message),
-                });
-            }
+        } else {
+            errors.extend(
+                compiled
+                    .rules
+                    .evaluate(&object, old.as_ref())
+                    .into_iter()
+                    .map(|f| Problem {
+                        path: f.path,
+                        message: format!("Invalid value: \"{}\": {}", f.value_type, f.message),
+                    }),
+            );
         }
         if let (Some(metadata), Value::Object(map)) = (metadata, &mut object) {
             map.insert("metadata".into(), metadata);
@@ -281,27 +276,4 @@ fn is_dns_label(s: &str) -> bool {
 
 fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-/// The value at a field path such as `spec.engines[0].members`.
-fn value_at<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
-    let mut cur = root;
-    for part in path.split('.').filter(|p| !p.is_empty()) {
-        let (name, indexes) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if !name.is_empty() {
-            cur = cur.get(name)?;
-        }
-        for index in indexes.split('[').filter(|s| !s.is_empty()) {
-            cur = cur.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
-        }
-    }
-    Some(cur)
-}
-
-/// The API server shows a failed CEL rule's value as its schema type.
-fn render_type(value: &Value) -> String {
-    format!("\"{}\"", structural::type_name(value))
 }

@@ -6,5 +6,6 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod rules;
 
 pub use admission::{Admission, Problem, Review};
