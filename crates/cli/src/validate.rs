@@ -38,7 +38,8 @@ Examples:
   modelplane validate -f cluster.yaml --old cluster-before.yaml")]
 pub struct ValidateArgs {
     /// Manifest files or directories (searched recursively for .yaml, .yml
-    /// and .json); `-` reads standard input. Multi-document YAML is fine.
+    /// and .json); `-` reads standard input. Multi-document YAML and `List`s
+    /// (as `kubectl get -o yaml` prints) are fine.
     #[arg(short = 'f', long = "filename", value_name = "PATH", num_args = 1.., required = true)]
     paths: Vec<String>,
     /// Previous versions of the objects (same kind, namespace and name), so
@@ -244,6 +245,7 @@ fn check_input(
     match parse_documents(&text) {
         Ok(docs) => docs
             .into_iter()
+            .flat_map(|doc| doc.list_items().unwrap_or_else(|| vec![doc]))
             .map(|doc| check_document(admission, old, &input.name, doc))
             .collect(),
         Err(e) => vec![unreadable(

@@ -42,6 +42,43 @@ impl Document {
     }
 }
 
+impl Document {
+    /// The objects of a `List` (as `kubectl get -o yaml` prints), each with
+    /// its own lines; `None` for any other document.
+    pub fn list_items(&self) -> Option<Vec<Document>> {
+        let kind = self.value.get("kind")?.as_str()?;
+        let items = self.value.get("items")?.as_array()?;
+        if !kind.ends_with("List") {
+            return None;
+        }
+        Some(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let prefix = format!("items[{i}]");
+                    let lines = self
+                        .lines
+                        .iter()
+                        .filter_map(|(path, line)| {
+                            let rest = path.strip_prefix(&prefix)?;
+                            let rest = rest.strip_prefix('.').unwrap_or(rest);
+                            (rest.is_empty() || !rest.starts_with('['))
+                                .then(|| (rest.to_string(), *line))
+                        })
+                        .filter(|(rest, _)| !rest.is_empty())
+                        .collect();
+                    Document {
+                        line: self.line_of(&prefix),
+                        value: item.clone(),
+                        lines,
+                    }
+                })
+                .collect(),
+        )
+    }
+}
+
 fn parent(path: &str) -> Option<&str> {
     let cut = path.rfind(['.', '['])?;
     Some(&path[..cut])
@@ -213,6 +250,19 @@ mod tests {
         assert_eq!(docs[0].line_of("spec.items[0].missing"), 6);
         assert_eq!(docs[1].line, 10);
         assert_eq!(docs[0].value["spec"]["items"][0]["n"], 1);
+    }
+
+    #[test]
+    fn list_items_become_documents_with_their_own_lines() {
+        let text = "apiVersion: v1\nkind: List\nitems:\n- kind: A\n  spec:\n    n: 1\n- kind: B\n";
+        let docs = parse_documents(text).expect("valid YAML");
+        let items = docs[0].list_items().expect("a List");
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0].line, 4);
+        assert_eq!(items[0].line_of("spec.n"), 6);
+        assert_eq!(items[1].line, 7);
+        assert_eq!(items[1].value["kind"], "B");
+        assert!(items[0].list_items().is_none());
     }
 
     #[test]
