@@ -6,6 +6,8 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod quantity;
 pub mod rules;
+pub mod semver;
 
 pub use admission::{Admission, Problem, Review};
