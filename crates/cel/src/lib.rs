@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod dra;
 pub mod quantity;
 pub mod rules;
 pub mod semver;

@@ -24,7 +24,9 @@ pub struct Quantity {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// Empty or malformed.
-    #[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
+    #[error(
+        "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+    )]
     Format,
     /// A suffix that is neither SI, binary SI nor an exponent.
     #[error("unable to parse quantity's suffix")]
@@ -276,7 +278,11 @@ fn to_nanos(whole: &str, fraction: &str, base: u32, exponent: i32) -> i128 {
 
 /// `(kept + dropped/10^len(dropped)) × 2^twos` in nano-units, rounded up.
 fn binary_with_fraction(kept: &str, dropped: &str, twos: u32) -> i128 {
-    let kept: i128 = if kept.is_empty() { 0 } else { kept.parse().unwrap_or(i128::MAX) };
+    let kept: i128 = if kept.is_empty() {
+        0
+    } else {
+        kept.parse().unwrap_or(i128::MAX)
+    };
     let Some(whole) = kept.checked_mul(1i128 << twos) else {
         return MAX_NANOS;
     };
@@ -290,7 +296,9 @@ fn binary_with_fraction(kept: &str, dropped: &str, twos: u32) -> i128 {
     };
     let extra = scaled / denominator;
     let exact = scaled % denominator == 0 && !rest_nonzero;
-    let total = whole.saturating_add(extra).saturating_add(if exact { 0 } else { 1 });
+    let total = whole
+        .saturating_add(extra)
+        .saturating_add(if exact { 0 } else { 1 });
     total.min(MAX_NANOS)
 }
 
@@ -341,7 +349,10 @@ mod tests {
 
     #[test]
     fn malformed_quantities_are_rejected() {
-        for text in ["", "1e", "1.5e2k", "2e3Mi", "1K", "1ki", "0x10", "1_000", " 1", "1 ", "1..2", "--1", "1Mi2"] {
+        for text in [
+            "", "1e", "1.5e2k", "2e3Mi", "1K", "1ki", "0x10", "1_000", " 1", "1 ", "1..2", "--1",
+            "1Mi2",
+        ] {
             assert!(Quantity::parse(text).is_err(), "{text:?} parsed");
         }
     }

@@ -121,11 +121,7 @@ impl Semver {
                 }
             })
             .collect();
-        if parts.len() < 3
-            && parts
-                .last()
-                .is_some_and(|last| last.contains(['+', '-']))
-        {
+        if parts.len() < 3 && parts.last().is_some_and(|last| last.contains(['+', '-'])) {
             return Err(error(text, "prerelease or build needs MAJOR.MINOR.PATCH"));
         }
         let mut padded = parts;
@@ -220,12 +216,32 @@ mod tests {
 
     #[test]
     fn strict_parsing_follows_blang_semver() {
-        for ok in ["1.2.3", "0.0.0", "1.2.3-rc.1", "1.2.3+build.01", "1.2.3-alpha-1+b", "9.0.0"] {
+        for ok in [
+            "1.2.3",
+            "0.0.0",
+            "1.2.3-rc.1",
+            "1.2.3+build.01",
+            "1.2.3-alpha-1+b",
+            "9.0.0",
+        ] {
             assert!(Semver::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
-            "", "1", "1.2", "1.2.3-", "1.2.3+", "1.2.3-+b", "01.2.3", "1.02.3", "1.2.03",
-            "1.2.3.4", "v1.2.3", "1.2.3-01", "1.2.3-a..b", "1.2.3-a_b", "a.b.c",
+            "",
+            "1",
+            "1.2",
+            "1.2.3-",
+            "1.2.3+",
+            "1.2.3-+b",
+            "01.2.3",
+            "1.02.3",
+            "1.2.03",
+            "1.2.3.4",
+            "v1.2.3",
+            "1.2.3-01",
+            "1.2.3-a..b",
+            "1.2.3-a_b",
+            "a.b.c",
             "99999999999999999999.0.0",
         ] {
             assert!(Semver::parse(bad).is_err(), "{bad} parsed");
@@ -234,8 +250,17 @@ mod tests {
 
     #[test]
     fn normalized_parsing_pads_and_strips() {
-        for (text, want) in [("v1", "1.0.0"), ("1.2", "1.2.0"), ("v01.02", "1.2.0"), ("1.2.3-rc", "1.2.3-rc")] {
-            assert_eq!(Semver::parse_normalized(text).map(|s| s.compare(&v(want))), Ok(0), "{text}");
+        for (text, want) in [
+            ("v1", "1.0.0"),
+            ("1.2", "1.2.0"),
+            ("v01.02", "1.2.0"),
+            ("1.2.3-rc", "1.2.3-rc"),
+        ] {
+            assert_eq!(
+                Semver::parse_normalized(text).map(|s| s.compare(&v(want))),
+                Ok(0),
+                "{text}"
+            );
         }
         for bad in ["V1.2.3", "1.2-rc", " 1"] {
             assert!(Semver::parse_normalized(bad).is_err(), "{bad}");
@@ -245,11 +270,23 @@ mod tests {
     #[test]
     fn precedence_follows_the_semver_spec() {
         let chain = [
-            "1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2",
-            "1.0.0-beta.11", "1.0.0-rc.1", "1.0.0",
+            "1.0.0-alpha",
+            "1.0.0-alpha.1",
+            "1.0.0-alpha.beta",
+            "1.0.0-beta",
+            "1.0.0-beta.2",
+            "1.0.0-beta.11",
+            "1.0.0-rc.1",
+            "1.0.0",
         ];
         for pair in chain.windows(2) {
-            assert_eq!(v(pair[0]).compare(&v(pair[1])), -1, "{} < {}", pair[0], pair[1]);
+            assert_eq!(
+                v(pair[0]).compare(&v(pair[1])),
+                -1,
+                "{} < {}",
+                pair[0],
+                pair[1]
+            );
         }
         assert!(v("1.0.0-B") < v("1.0.0-a"));
         assert_eq!(v("1.2.3+a"), v("1.2.3+b"));

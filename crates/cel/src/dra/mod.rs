@@ -1,0 +1,355 @@
+//! DRA device selectors: the CEL a ModelDeployment writes in
+//! `nodeSelector.devices[].selectors[].cel`, evaluated against the devices an
+//! InferenceClass publishes, with the semantics of the cluster's DRA
+//! allocator (Kubernetes `dynamic-resource-allocation/cel`).
+//!
+//! Data flow: [`DeviceSelector::compile`] parses, type-checks (a selector must
+//! be `bool`) and prepares one expression, once; [`DeviceActivation::new`]
+//! turns one published device into the `device` variable, once;
+//! [`DeviceSelector::matches`] evaluates one against the other, as often as
+//! the scheduler needs. An evaluation error is returned as an error, and the
+//! scheduler counts it as a non-match for that device only.
+//!
+//! Kubernetes behaviours kept: `device.attributes[d]` and
+//! `device.capacity[d]` are empty maps for an unknown domain `d`; an unknown
+//! attribute name is an error; `version` attributes are Semver values and
+//! capacities are Quantity values; a device with a malformed version,
+//! quantity or value-less attribute matches nothing. Not supported (the `cel`
+//! crate lacks them): `cel.bind` and two-variable comprehensions fail to
+//! compile; the runtime cost limit is enforced as a static bound.
+
+mod check;
+pub mod library;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use kube_cel::cel::common::ast::{CallExpr, Expr, IdedExpr, operators};
+use kube_cel::cel::objects::{Key, Map, Value};
+use kube_cel::cel::parser::Parser;
+use kube_cel::cel::{Context, ExecutionError};
+use modelplane_api::types::Device;
+
+use crate::quantity::Quantity;
+use crate::semver::Semver;
+pub use check::Ty;
+
+/// The longest selector Kubernetes accepts, in bytes.
+pub const MAX_EXPRESSION_LENGTH: usize = 10 * 1024;
+/// The function that replaces domain lookups so unknown domains are empty.
+const DOMAIN_LOOKUP: &str = "@modelplane_domain";
+
+/// Why a selector does not compile.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{line}:{column}: {message}")]
+pub struct CompileError {
+    /// 1-based line in the expression.
+    pub line: usize,
+    /// 1-based column in the expression.
+    pub column: usize,
+    /// The compiler's message.
+    pub message: String,
+}
+
+/// Why a device could not be evaluated.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EvalError {
+    /// The device itself is malformed (bad version, quantity or attribute).
+    #[error("device {device}: {reason}")]
+    Device {
+        /// The device's name.
+        device: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The expression failed on this device (unknown attribute, bad literal…).
+    #[error("{0}")]
+    Expression(String),
+    /// The expression produced something other than a bool.
+    #[error("expression evaluated to {0}, not a bool")]
+    NotBool(String),
+}
+
+/// A compiled device selector.
+#[derive(Clone)]
+pub struct DeviceSelector {
+    text: String,
+    expr: Arc<IdedExpr>,
+}
+
+impl fmt::Debug for DeviceSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("DeviceSelector").field(&self.text).finish()
+    }
+}
+
+impl DeviceSelector {
+    /// Parses and type-checks `text`; it must be a `bool` expression.
+    pub fn compile(text: &str) -> Result<DeviceSelector, CompileError> {
+        if text.len() > MAX_EXPRESSION_LENGTH {
+            return Err(CompileError {
+                line: 1,
+                column: 1,
+                message: format!(
+                    "expression is {} bytes long; the limit is {MAX_EXPRESSION_LENGTH}",
+                    text.len()
+                ),
+            });
+        }
+        let parsed = Parser::new()
+            .enable_optional_syntax(true)
+            .parse(text)
+            .map_err(|errors| {
+                let first = errors.errors.first();
+                CompileError {
+                    line: first.map_or(1, |e| e.pos.0.max(1) as usize),
+                    column: first.map_or(1, |e| e.pos.1.max(0) as usize + 1),
+                    message: first.map_or_else(|| "syntax error".into(), |e| e.msg.clone()),
+                }
+            })?;
+        let ty = check::check(&parsed).map_err(|e| located(text, &e.near, e.message))?;
+        if !matches!(ty, Ty::Bool | Ty::Dyn) {
+            return Err(CompileError {
+                line: 1,
+                column: 1,
+                message: format!("must evaluate to bool, not {ty}"),
+            });
+        }
+        Ok(DeviceSelector {
+            text: text.to_string(),
+            expr: Arc::new(rewrite_domain_lookups(parsed)),
+        })
+    }
+
+    /// The expression as written.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the device satisfies the selector.
+    pub fn matches(&self, device: &DeviceActivation, ctx: &Context<'_>) -> Result<bool, EvalError> {
+        let value = device.value.as_ref().map_err(|reason| EvalError::Device {
+            device: device.name.clone(),
+            reason: reason.clone(),
+        })?;
+        let mut scope = ctx.new_inner_scope();
+        scope.add_variable_from_value("device", value.clone());
+        match Value::resolve(&self.expr, &scope) {
+            Ok(Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(EvalError::NotBool(format!("{:?}", other.type_of()))),
+            Err(e) => Err(EvalError::Expression(e.to_string())),
+        }
+    }
+}
+
+/// The context selectors evaluate in: CEL's standard library, Kubernetes'
+/// libraries and the domain lookup. Build once; share by reference.
+pub fn context() -> Context<'static> {
+    let mut ctx = library::base_context();
+    ctx.add_function(DOMAIN_LOOKUP, domain_lookup);
+    ctx
+}
+
+/// `device.attributes[d]` with an empty map for an unknown domain.
+fn domain_lookup(
+    kube_cel::cel::extractors::Arguments(args): kube_cel::cel::extractors::Arguments,
+) -> kube_cel::cel::ResolveResult {
+    match (args.first(), args.get(1)) {
+        (Some(Value::Map(domains)), Some(Value::String(domain))) => Ok(domains
+            .get(&kube_cel::cel::objects::KeyRef::String(domain.as_str()))
+            .cloned()
+            .unwrap_or_else(empty_map)),
+        (Some(Value::Map(_)), Some(other)) => {
+            Err(ExecutionError::UnsupportedKeyType(other.clone()))
+        }
+        _ => Err(ExecutionError::function_error(
+            DOMAIN_LOOKUP,
+            "bad arguments",
+        )),
+    }
+}
+
+fn empty_map() -> Value {
+    Value::Map(Map {
+        map: Arc::new(HashMap::new()),
+    })
+}
+
+/// Where in `text` an error about `near` is: its first occurrence.
+fn located(text: &str, near: &str, message: String) -> CompileError {
+    let offset = if near.trim().is_empty() {
+        0
+    } else {
+        text.find(near.trim()).unwrap_or(0)
+    };
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    CompileError {
+        line,
+        column,
+        message,
+    }
+}
+
+/// Whether `e` is `device.attributes` or `device.capacity`.
+fn is_domain_map(e: &IdedExpr) -> bool {
+    matches!(&e.expr, Expr::Select(s)
+        if !s.test
+            && (s.field == "attributes" || s.field == "capacity")
+            && matches!(&s.operand.expr, Expr::Ident(name) if name == "device"))
+}
+
+/// Rewrites `device.attributes[d]` / `.capacity[d]` (and `.d` selections)
+/// into the domain lookup, so an unknown domain is an empty map.
+fn rewrite_domain_lookups(mut e: IdedExpr) -> IdedExpr {
+    let id = e.id;
+    e.expr = match e.expr {
+        Expr::Call(call)
+            if call.func_name == operators::INDEX
+                && call.args.len() == 2
+                && is_domain_map(&call.args[0]) =>
+        {
+            let args = call.args.into_iter().map(rewrite_domain_lookups).collect();
+            Expr::Call(CallExpr {
+                func_name: DOMAIN_LOOKUP.into(),
+                target: None,
+                args,
+            })
+        }
+        Expr::Select(s) if !s.test && is_domain_map(&s.operand) => Expr::Call(CallExpr {
+            func_name: DOMAIN_LOOKUP.into(),
+            target: None,
+            args: vec![
+                *s.operand,
+                IdedExpr {
+                    id,
+                    expr: Expr::Literal(kube_cel::cel::common::ast::LiteralValue::String(
+                        s.field.into(),
+                    )),
+                },
+            ],
+        }),
+        Expr::Call(mut call) => {
+            call.target = call.target.map(|t| Box::new(rewrite_domain_lookups(*t)));
+            call.args = call.args.into_iter().map(rewrite_domain_lookups).collect();
+            Expr::Call(call)
+        }
+        Expr::Select(mut s) => {
+            s.operand = Box::new(rewrite_domain_lookups(*s.operand));
+            Expr::Select(s)
+        }
+        Expr::Comprehension(mut c) => {
+            c.iter_range = rewrite_domain_lookups(c.iter_range);
+            c.accu_init = rewrite_domain_lookups(c.accu_init);
+            c.loop_cond = rewrite_domain_lookups(c.loop_cond);
+            c.loop_step = rewrite_domain_lookups(c.loop_step);
+            c.result = rewrite_domain_lookups(c.result);
+            Expr::Comprehension(c)
+        }
+        Expr::List(mut l) => {
+            l.elements = l.elements.into_iter().map(rewrite_domain_lookups).collect();
+            Expr::List(l)
+        }
+        Expr::Map(mut m) => {
+            for entry in &mut m.entries {
+                if let kube_cel::cel::common::ast::EntryExpr::MapEntry(me) = &mut entry.expr {
+                    me.key = rewrite_domain_lookups(std::mem::take(&mut me.key));
+                    me.value = rewrite_domain_lookups(std::mem::take(&mut me.value));
+                }
+            }
+            Expr::Map(m)
+        }
+        other => other,
+    };
+    e
+}
+
+/// One published device as the `device` variable, built once.
+#[derive(Clone, Debug)]
+pub struct DeviceActivation {
+    name: String,
+    value: Result<Value, String>,
+}
+
+impl DeviceActivation {
+    /// Builds the activation of an InferenceClass (or pool) device. A device
+    /// whose version, quantity or attribute is malformed keeps the reason and
+    /// matches nothing.
+    pub fn new(device: &Device) -> DeviceActivation {
+        DeviceActivation {
+            name: device.name.clone(),
+            value: activation(device),
+        }
+    }
+
+    /// Whether the device could be turned into a CEL value.
+    pub fn is_valid(&self) -> bool {
+        self.value.is_ok()
+    }
+}
+
+/// Splits `domain/id`; a bare id is in the driver's domain.
+fn qualified<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a str) {
+    name.split_once('/').unwrap_or((driver, name))
+}
+
+fn string_key(s: &str) -> Key {
+    Key::String(Arc::new(s.to_string()))
+}
+
+fn nested(entries: HashMap<String, HashMap<Key, Value>>) -> Value {
+    Value::Map(Map {
+        map: Arc::new(
+            entries
+                .into_iter()
+                .map(|(domain, ids)| (string_key(&domain), Value::Map(Map { map: Arc::new(ids) })))
+                .collect(),
+        ),
+    })
+}
+
+fn activation(device: &Device) -> Result<Value, String> {
+    let driver = device.driver.as_str();
+    let mut attributes: HashMap<String, HashMap<Key, Value>> = HashMap::new();
+    for (name, attr) in device.attributes.iter().flatten() {
+        let (domain, id) = qualified(name, driver);
+        let value = if let Some(version) = &attr.version {
+            let v = Semver::parse(version).map_err(|e| format!("attribute {name}: {e}"))?;
+            library::semver_value(v)
+        } else if let Some(s) = &attr.string {
+            Value::String(Arc::new(s.clone()))
+        } else if let Some(b) = attr.bool_ {
+            Value::Bool(b)
+        } else if let Some(i) = attr.int {
+            Value::Int(i)
+        } else {
+            return Err(format!("attribute {name} has no value"));
+        };
+        attributes
+            .entry(domain.to_string())
+            .or_default()
+            .insert(string_key(id), value);
+    }
+    let mut capacity: HashMap<String, HashMap<Key, Value>> = HashMap::new();
+    for (name, cap) in device.capacity.iter().flatten() {
+        let (domain, id) = qualified(name, driver);
+        let q = Quantity::parse(&cap.value).map_err(|e| format!("capacity {name}: {e}"))?;
+        capacity
+            .entry(domain.to_string())
+            .or_default()
+            .insert(string_key(id), library::quantity_value(q));
+    }
+    let fields = HashMap::from([
+        (
+            string_key("driver"),
+            Value::String(Arc::new(driver.to_string())),
+        ),
+        (string_key("attributes"), nested(attributes)),
+        (string_key("capacity"), nested(capacity)),
+    ]);
+    Ok(Value::Map(Map {
+        map: Arc::new(fields),
+    }))
+}
