@@ -28,7 +28,9 @@ capacity:
 
 fn eval(expr: &str, device: &DeviceActivation) -> Result<bool, EvalError> {
     let selector = DeviceSelector::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e}"));
-    selector.matches(device, &context())
+    let ctx = context();
+    let scope = device.bind(&ctx)?;
+    selector.matches(&scope)
 }
 
 fn compile_error(expr: &str) -> CompileError {
@@ -89,6 +91,22 @@ fn selectors_match_published_attributes_and_capacities() {
             true,
         ),
         (r#"sign(quantity("-1")) == -1"#, true),
+        (
+            r#"device.attributes["gpu.nvidia.com"]["architecture"] == "Hopper""#,
+            true,
+        ),
+        (
+            r#"device.attributes["gpu." + "nvidia.com"].architecture == "Hopper""#,
+            true,
+        ),
+        (
+            r#"device.attributes["unknown." + "example.com"] == {}"#,
+            true,
+        ),
+        (
+            r#"device.attributes.exists(d, d == "other.example.com")"#,
+            true,
+        ),
     ] {
         assert_eq!(eval(expr, &d), Ok(want), "{expr}");
     }

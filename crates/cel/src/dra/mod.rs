@@ -6,7 +6,8 @@
 //! Data flow: [`DeviceSelector::compile`] parses, type-checks (a selector must
 //! be `bool`) and prepares one expression, once; [`DeviceActivation::new`]
 //! turns one published device into the `device` variable, once;
-//! [`DeviceSelector::matches`] evaluates one against the other, as often as
+//! [`DeviceActivation::bind`] puts it in a scope, and
+//! [`DeviceSelector::matches`] evaluates selectors in that scope, as often as
 //! the scheduler needs. An evaluation error is returned as an error, and the
 //! scheduler counts it as a non-match for that device only.
 //!
@@ -25,10 +26,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use kube_cel::cel::common::ast::{CallExpr, Expr, IdedExpr, operators};
-use kube_cel::cel::objects::{Key, Map, Value};
+use kube_cel::cel::Context;
+use kube_cel::cel::common::ast::{
+    CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, MapExpr, operators,
+};
+use kube_cel::cel::objects::{Key, KeyRef, Map, Value};
 use kube_cel::cel::parser::Parser;
-use kube_cel::cel::{Context, ExecutionError};
 use modelplane_api::types::Device;
 
 use crate::quantity::Quantity;
@@ -37,8 +40,6 @@ pub use check::Ty;
 
 /// The longest selector Kubernetes accepts, in bytes.
 pub const MAX_EXPRESSION_LENGTH: usize = 10 * 1024;
-/// The function that replaces domain lookups so unknown domains are empty.
-const DOMAIN_LOOKUP: &str = "@modelplane_domain";
 
 /// Why a selector does not compile.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -127,15 +128,9 @@ impl DeviceSelector {
         &self.text
     }
 
-    /// Whether the device satisfies the selector.
-    pub fn matches(&self, device: &DeviceActivation, ctx: &Context<'_>) -> Result<bool, EvalError> {
-        let value = device.value.as_ref().map_err(|reason| EvalError::Device {
-            device: device.name.clone(),
-            reason: reason.clone(),
-        })?;
-        let mut scope = ctx.new_inner_scope();
-        scope.add_variable_from_value("device", value.clone());
-        match Value::resolve(&self.expr, &scope) {
+    /// Whether the device in `scope` satisfies the selector.
+    pub fn matches(&self, scope: &DeviceScope<'_>) -> Result<bool, EvalError> {
+        match Value::resolve(&self.expr, &scope.ctx) {
             Ok(Value::Bool(b)) => Ok(b),
             Ok(other) => Err(EvalError::NotBool(format!("{:?}", other.type_of()))),
             Err(e) => Err(EvalError::Expression(e.to_string())),
@@ -143,37 +138,22 @@ impl DeviceSelector {
     }
 }
 
-/// The context selectors evaluate in: CEL's standard library, Kubernetes'
-/// libraries and the domain lookup. Build once; share by reference.
-pub fn context() -> Context<'static> {
-    let mut ctx = library::base_context();
-    ctx.add_function(DOMAIN_LOOKUP, domain_lookup);
-    ctx
+/// One device bound as the `device` variable, ready for any number of
+/// selectors. Binding converts the device into the interpreter's values once.
+pub struct DeviceScope<'c> {
+    ctx: Context<'c>,
 }
 
-/// `device.attributes[d]` with an empty map for an unknown domain.
-fn domain_lookup(
-    kube_cel::cel::extractors::Arguments(args): kube_cel::cel::extractors::Arguments,
-) -> kube_cel::cel::ResolveResult {
-    match (args.first(), args.get(1)) {
-        (Some(Value::Map(domains)), Some(Value::String(domain))) => Ok(domains
-            .get(&kube_cel::cel::objects::KeyRef::String(domain.as_str()))
-            .cloned()
-            .unwrap_or_else(empty_map)),
-        (Some(Value::Map(_)), Some(other)) => {
-            Err(ExecutionError::UnsupportedKeyType(other.clone()))
-        }
-        _ => Err(ExecutionError::function_error(
-            DOMAIN_LOOKUP,
-            "bad arguments",
-        )),
+impl fmt::Debug for DeviceScope<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceScope").finish_non_exhaustive()
     }
 }
 
-fn empty_map() -> Value {
-    Value::Map(Map {
-        map: Arc::new(HashMap::new()),
-    })
+/// The context selectors evaluate in: CEL's standard library and
+/// Kubernetes' libraries. Build once; share by reference.
+pub fn context() -> Context<'static> {
+    library::base_context()
 }
 
 /// Where in `text` an error about `near` is: its first occurrence.
@@ -201,36 +181,90 @@ fn is_domain_map(e: &IdedExpr) -> bool {
             && matches!(&s.operand.expr, Expr::Ident(name) if name == "device"))
 }
 
-/// Rewrites `device.attributes[d]` / `.capacity[d]` (and `.d` selections)
-/// into the domain lookup, so an unknown domain is an empty map.
+/// `(d in m) ? m[d] : {}` for the domain map `m` and domain `d`.
+fn domain_or_empty(map: IdedExpr, domain: IdedExpr, id: u64) -> Expr {
+    let node = |expr| IdedExpr { id, expr };
+    let call = |name: &str, args: Vec<IdedExpr>| {
+        node(Expr::Call(CallExpr {
+            func_name: name.into(),
+            target: None,
+            args,
+        }))
+    };
+    let present = call(operators::IN, vec![domain.clone(), map.clone()]);
+    let lookup = call(operators::INDEX, vec![map, domain]);
+    let empty = node(Expr::Map(MapExpr::default()));
+    Expr::Call(CallExpr {
+        func_name: operators::CONDITIONAL.into(),
+        target: None,
+        args: vec![present, lookup, empty],
+    })
+}
+
+/// The variable a device scope binds for `device.<map>["<domain>"].<id>`.
+fn flat_name(map: &str, domain: &str, id: &str) -> String {
+    format!("@{map}/{domain}/{id}")
+}
+
+/// `device.attributes["d"].x`, `device.capacity["d"]["x"]` and the like
+/// with literal names, as `(map, domain, id)`.
+fn literal_path(e: &Expr) -> Option<(String, String, String)> {
+    let literal = |e: &IdedExpr| match &e.expr {
+        Expr::Literal(LiteralValue::String(s)) => Some(s.inner().to_string()),
+        _ => None,
+    };
+    let (domain_expr, id) = match e {
+        Expr::Select(s) if !s.test => (&*s.operand, s.field.clone()),
+        Expr::Call(c) if c.func_name == operators::INDEX && c.args.len() == 2 => {
+            (&c.args[0], literal(&c.args[1])?)
+        }
+        _ => return None,
+    };
+    let (map, domain) = match &domain_expr.expr {
+        Expr::Call(c)
+            if c.func_name == operators::INDEX
+                && c.args.len() == 2
+                && is_domain_map(&c.args[0]) =>
+        {
+            (&c.args[0], literal(&c.args[1])?)
+        }
+        _ => return None,
+    };
+    match &map.expr {
+        Expr::Select(m) => Some((m.field.clone(), domain, id)),
+        _ => None,
+    }
+}
+
+/// Rewrites domain lookups: a literal path becomes one variable the device
+/// scope binds (the common case, and the fast one); any other
+/// `device.attributes[d]` / `.capacity[d]` becomes an empty map for an
+/// unknown domain, as in Kubernetes.
 fn rewrite_domain_lookups(mut e: IdedExpr) -> IdedExpr {
     let id = e.id;
+    if let Some((map, domain, name)) = literal_path(&e.expr) {
+        e.expr = Expr::Ident(flat_name(&map, &domain, &name));
+        return e;
+    }
     e.expr = match e.expr {
         Expr::Call(call)
             if call.func_name == operators::INDEX
                 && call.args.len() == 2
                 && is_domain_map(&call.args[0]) =>
         {
-            let args = call.args.into_iter().map(rewrite_domain_lookups).collect();
-            Expr::Call(CallExpr {
-                func_name: DOMAIN_LOOKUP.into(),
-                target: None,
-                args,
-            })
+            let mut args = call.args.into_iter().map(rewrite_domain_lookups);
+            match (args.next(), args.next()) {
+                (Some(map), Some(domain)) => domain_or_empty(map, domain, id),
+                _ => Expr::Unspecified,
+            }
         }
-        Expr::Select(s) if !s.test && is_domain_map(&s.operand) => Expr::Call(CallExpr {
-            func_name: DOMAIN_LOOKUP.into(),
-            target: None,
-            args: vec![
-                *s.operand,
-                IdedExpr {
-                    id,
-                    expr: Expr::Literal(kube_cel::cel::common::ast::LiteralValue::String(
-                        s.field.into(),
-                    )),
-                },
-            ],
-        }),
+        Expr::Select(s) if !s.test && is_domain_map(&s.operand) => {
+            let domain = IdedExpr {
+                id,
+                expr: Expr::Literal(LiteralValue::String(s.field.into())),
+            };
+            domain_or_empty(*s.operand, domain, id)
+        }
         Expr::Call(mut call) => {
             call.target = call.target.map(|t| Box::new(rewrite_domain_lookups(*t)));
             call.args = call.args.into_iter().map(rewrite_domain_lookups).collect();
@@ -254,7 +288,7 @@ fn rewrite_domain_lookups(mut e: IdedExpr) -> IdedExpr {
         }
         Expr::Map(mut m) => {
             for entry in &mut m.entries {
-                if let kube_cel::cel::common::ast::EntryExpr::MapEntry(me) = &mut entry.expr {
+                if let EntryExpr::MapEntry(me) = &mut entry.expr {
                     me.key = rewrite_domain_lookups(std::mem::take(&mut me.key));
                     me.value = rewrite_domain_lookups(std::mem::take(&mut me.value));
                 }
@@ -271,6 +305,8 @@ fn rewrite_domain_lookups(mut e: IdedExpr) -> IdedExpr {
 pub struct DeviceActivation {
     name: String,
     value: Result<Value, String>,
+    /// Every attribute and capacity under its flat variable name.
+    flat: Vec<(String, Value)>,
 }
 
 impl DeviceActivation {
@@ -278,9 +314,15 @@ impl DeviceActivation {
     /// whose version, quantity or attribute is malformed keeps the reason and
     /// matches nothing.
     pub fn new(device: &Device) -> DeviceActivation {
+        let value = activation(device);
+        let flat = match &value {
+            Ok(v) => flatten(v),
+            Err(_) => Vec::new(),
+        };
         DeviceActivation {
             name: device.name.clone(),
-            value: activation(device),
+            value,
+            flat,
         }
     }
 
@@ -288,6 +330,45 @@ impl DeviceActivation {
     pub fn is_valid(&self) -> bool {
         self.value.is_ok()
     }
+
+    /// Binds the device as `device` in a scope of `ctx`; a malformed device
+    /// cannot be bound and so matches nothing.
+    pub fn bind<'c>(&self, ctx: &'c Context<'c>) -> Result<DeviceScope<'c>, EvalError> {
+        let value = self.value.as_ref().map_err(|reason| EvalError::Device {
+            device: self.name.clone(),
+            reason: reason.clone(),
+        })?;
+        let mut scope = ctx.new_inner_scope();
+        scope.add_variable_from_value("device", value.clone());
+        for (name, v) in &self.flat {
+            scope.add_variable_from_value(name.as_str(), v.clone());
+        }
+        Ok(DeviceScope { ctx: scope })
+    }
+}
+
+/// `(flat name, value)` for every attribute and capacity of an activation.
+fn flatten(device: &Value) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let Value::Map(fields) = device else {
+        return out;
+    };
+    for map in ["attributes", "capacity"] {
+        let Some(Value::Map(domains)) = fields.get(&KeyRef::String(map)) else {
+            continue;
+        };
+        for (domain, ids) in domains.map.iter() {
+            let (Key::String(domain), Value::Map(ids)) = (domain, ids) else {
+                continue;
+            };
+            for (id, value) in ids.map.iter() {
+                if let Key::String(id) = id {
+                    out.push((flat_name(map, domain, id), value.clone()));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Splits `domain/id`; a bare id is in the driver's domain.
