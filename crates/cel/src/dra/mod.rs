@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use kube_cel::cel::Context;
+pub use kube_cel::cel::Context;
 use kube_cel::cel::common::ast::{
     CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, MapExpr, operators,
 };

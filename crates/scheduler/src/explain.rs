@@ -1,0 +1,366 @@
+//! Why a replica is not on a given cluster or pool: the scheduler's
+//! explanations, computed after the pass from its final state.
+//!
+//! For every cluster that received no replica, the first blocking reasons
+//! are reported in the order the scheduler checks them: cluster selector,
+//! taints, readiness, gateway, then per engine and pool the device match and
+//! the free nodes. A cluster where the deployment would fit but was not
+//! needed says so.
+
+use modelplane_api::types::{Role, TaintEffect};
+use serde::Serialize;
+
+use crate::algorithm::{Ledger, Pass};
+use crate::matching::{CompiledRequest, DeviceMiss};
+use crate::model::{Cluster, Deployment, PoolDevice};
+use crate::{Placement, taints};
+
+/// Why a cluster, or one of its pools, was not chosen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    /// The cluster.
+    pub cluster: String,
+    /// The pool, when the reason is about one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+    /// The engine, when the reason is about one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    /// The reason.
+    #[serde(flatten)]
+    pub reason: Reason,
+}
+
+/// A reason, with what the user needs to act on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(
+    tag = "reason",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
+pub enum Reason {
+    /// The cluster lacks a label the cluster selector requires.
+    SelectorMismatch {
+        /// Label key.
+        label: String,
+        /// Value the selector wants.
+        want: String,
+        /// Value the cluster has, if any.
+        have: Option<String>,
+    },
+    /// An untolerated taint keeps new replicas off (NoExecute also evicts).
+    Taint {
+        /// Taint key.
+        key: String,
+        /// Taint value.
+        value: String,
+        /// Taint effect.
+        effect: TaintEffect,
+    },
+    /// The cluster is not Ready.
+    NotReady,
+    /// The cluster has no gateway address yet.
+    NoGateway,
+    /// The cluster publishes no GPU pools.
+    NoPools,
+    /// No member of the engine claims a DRA device on any pool here (only
+    /// Synthetic devices match, so no ResourceClaim is possible).
+    NoClaimableDevice,
+    /// A member's device request matches no device of the pool.
+    DeviceUnmatched {
+        /// Member position.
+        member: usize,
+        /// Member role.
+        role: Role,
+        /// Request name.
+        request: String,
+        /// The device that came closest, and why it failed.
+        closest: Option<ClosestDevice>,
+    },
+    /// A member that claims DRA devices elsewhere matches only Synthetic
+    /// devices on this pool, so it would run without its devices.
+    ClaimStranded {
+        /// Member position.
+        member: usize,
+        /// Member role.
+        role: Role,
+    },
+    /// The pool fits the engine but has too few free nodes.
+    InsufficientNodes {
+        /// Nodes the engine needs.
+        needed: i64,
+        /// Nodes free.
+        free: i64,
+        /// Who occupies the pool.
+        used_by: Vec<Usage>,
+    },
+    /// The deployment fits here, but every requested replica is placed.
+    NotNeeded,
+}
+
+/// The closest device to a request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClosestDevice {
+    /// Device name.
+    pub device: String,
+    /// Why it does not satisfy the request.
+    pub why: DeviceMiss,
+}
+
+/// Nodes of a pool one deployment occupies.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// `namespace/deployment`.
+    pub deployment: String,
+    /// Nodes.
+    pub nodes: i64,
+}
+
+fn at(cluster: &Cluster, reason: Reason) -> Explanation {
+    Explanation {
+        cluster: cluster.name.clone(),
+        pool: None,
+        engine: None,
+        reason,
+    }
+}
+
+/// Selector mismatches of every cluster (when no cluster is a candidate).
+pub(crate) fn selector_mismatches(
+    deployment: &Deployment,
+    clusters: &[Cluster],
+) -> Vec<Explanation> {
+    clusters
+        .iter()
+        .flat_map(|c| selector_reasons(deployment, c))
+        .collect()
+}
+
+fn selector_reasons(deployment: &Deployment, cluster: &Cluster) -> Vec<Explanation> {
+    deployment
+        .cluster_selector
+        .iter()
+        .filter(|(k, v)| cluster.labels.get(*k) != Some(*v))
+        .map(|(k, v)| {
+            at(
+                cluster,
+                Reason::SelectorMismatch {
+                    label: k.clone(),
+                    want: v.clone(),
+                    have: cluster.labels.get(k).cloned(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Explains every cluster that holds none of `placements`.
+pub(crate) fn explain(
+    pass: &mut Pass<'_>,
+    ledger: &Ledger,
+    placements: &[Placement],
+) -> Vec<Explanation> {
+    let mut out = Vec::new();
+    let deployment = pass.deployment;
+    for ci in 0..pass.clusters.len() {
+        let cluster = &pass.clusters[ci];
+        if placements.iter().any(|p| p.cluster == cluster.name) {
+            continue;
+        }
+        if !pass.candidates[ci] {
+            out.extend(selector_reasons(deployment, cluster));
+            continue;
+        }
+        let before = out.len();
+        for taint in taints::untolerated(&cluster.taints, &deployment.tolerations) {
+            out.push(at(
+                cluster,
+                Reason::Taint {
+                    key: taint.key.clone(),
+                    value: taint.value.clone(),
+                    effect: taint.effect,
+                },
+            ));
+        }
+        if !cluster.ready {
+            out.push(at(cluster, Reason::NotReady));
+        }
+        if cluster.gateway_address.is_empty() {
+            out.push(at(cluster, Reason::NoGateway));
+        }
+        if cluster.pools.is_empty() {
+            out.push(at(cluster, Reason::NoPools));
+            continue;
+        }
+        let fits_reasons = engine_reasons(pass, ledger, ci);
+        let fits_everywhere = fits_reasons.is_empty();
+        out.extend(fits_reasons);
+        if fits_everywhere && out.len() == before {
+            out.push(at(&pass.clusters[ci], Reason::NotNeeded));
+        }
+    }
+    out
+}
+
+/// Walks the engines as `place_engines` does, against the final free nodes,
+/// and says what stops each one on each pool.
+fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explanation> {
+    let mut out = Vec::new();
+    let mut trial = ledger.free[ci].clone().unwrap_or_default();
+    pass.fits(ci);
+    let n_engines = pass.engines.len();
+    for ei in 0..n_engines {
+        let cluster = &pass.clusters[ci];
+        let engine_name = pass.engines[ei].name.clone();
+        let fit = pass.fits_of(ci)[ei].clone();
+        if !fit.claimable {
+            // Pools where every member matches only Synthetic devices, and
+            // pools where some member matches nothing at all.
+            for (pi, pool_fit) in fit.pools.iter().enumerate() {
+                let reason = match pool_fit {
+                    Some(_) => Reason::NoClaimableDevice,
+                    None => member_reason(pass, ci, ei, pi),
+                };
+                out.push(Explanation {
+                    cluster: cluster.name.clone(),
+                    pool: Some(cluster.pools[pi].name.clone()),
+                    engine: Some(engine_name.clone()),
+                    reason,
+                });
+            }
+            return out;
+        }
+        let mut placed = false;
+        let mut engine_out = Vec::new();
+        for (pi, pool_fit) in fit.pools.iter().enumerate() {
+            let pool = &pass.clusters[ci].pools[pi];
+            let reason = match pool_fit {
+                Some(f) if trial[pi] >= f.cost => {
+                    trial[pi] -= f.cost;
+                    placed = true;
+                    break;
+                }
+                Some(f) => Reason::InsufficientNodes {
+                    needed: f.cost,
+                    free: trial[pi],
+                    used_by: usage(ledger, ci, pi),
+                },
+                None => member_reason(pass, ci, ei, pi),
+            };
+            engine_out.push(Explanation {
+                cluster: pass.clusters[ci].name.clone(),
+                pool: Some(pool.name.clone()),
+                engine: Some(engine_name.clone()),
+                reason,
+            });
+        }
+        if !placed {
+            out.extend(engine_out);
+            return out;
+        }
+    }
+    out
+}
+
+fn usage(ledger: &Ledger, ci: usize, pi: usize) -> Vec<Usage> {
+    let mut used: Vec<Usage> = ledger.used_by[ci][pi]
+        .iter()
+        .map(|(deployment, nodes)| Usage {
+            deployment: deployment.clone(),
+            nodes: *nodes,
+        })
+        .collect();
+    used.sort_by(|a, b| {
+        b.nodes
+            .cmp(&a.nodes)
+            .then_with(|| a.deployment.cmp(&b.deployment))
+    });
+    used
+}
+
+/// Why engine `ei` does not fit pool `pi` regardless of capacity.
+fn member_reason(pass: &mut Pass<'_>, ci: usize, ei: usize, pi: usize) -> Reason {
+    let devices = pass.clusters[ci].pools[pi].devices.clone();
+    let members = pass.engines[ei].members.len();
+    for mi in 0..members {
+        if pass
+            .matcher
+            .match_member(&pass.engines, ei, mi, &devices)
+            .is_none()
+        {
+            let member = &pass.engines[ei].members[mi];
+            let (request, closest) = closest_device(pass, &member.requests, &devices);
+            return Reason::DeviceUnmatched {
+                member: mi,
+                role: member.role,
+                request,
+                closest,
+            };
+        }
+    }
+    // Every member matches, so a claim-capable member resolves nothing here.
+    let fit = pass.fits_of(ci)[ei].clone();
+    let stranded = (0..members)
+        .find(|&mi| {
+            let here = pass.matcher.match_member(&pass.engines, ei, mi, &devices);
+            here.is_some_and(|r| r.is_empty()) && fit.member_claimable[mi]
+        })
+        .unwrap_or(0);
+    Reason::ClaimStranded {
+        member: stranded,
+        role: pass.engines[ei].members[stranded].role,
+    }
+}
+
+/// Replays the greedy match of a member's requests and, for the first that
+/// fails, finds the device that came closest.
+fn closest_device(
+    pass: &Pass<'_>,
+    requests: &[CompiledRequest],
+    devices: &[std::sync::Arc<PoolDevice>],
+) -> (String, Option<ClosestDevice>) {
+    let mut remaining: Vec<i64> = devices.iter().map(|d| d.count).collect();
+    for request in requests {
+        let outcomes: Vec<Result<(), DeviceMiss>> = devices
+            .iter()
+            .map(|d| pass.matcher.evaluate(request, d))
+            .collect();
+        let found =
+            (0..devices.len()).find(|&i| remaining[i] >= request.count && outcomes[i].is_ok());
+        if let Some(i) = found {
+            remaining[i] -= request.count;
+            continue;
+        }
+        // Score: all selectors pass (only the count is short) beats failing
+        // a later selector, which beats failing an earlier one.
+        let scored = devices.iter().enumerate().map(|(i, d)| {
+            let (score, why) = match &outcomes[i] {
+                Ok(()) => (
+                    usize::MAX,
+                    DeviceMiss::Count {
+                        available: remaining[i],
+                        requested: request.count,
+                    },
+                ),
+                Err(
+                    miss @ (DeviceMiss::SelectorFalse { selector, .. }
+                    | DeviceMiss::SelectorError { selector, .. }),
+                ) => (*selector, miss.clone()),
+                Err(miss) => (0, miss.clone()),
+            };
+            (
+                score,
+                i,
+                ClosestDevice {
+                    device: d.name.clone(),
+                    why,
+                },
+            )
+        });
+        let closest = scored
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)))
+            .map(|(_, _, c)| c);
+        return (request.name.clone(), closest);
+    }
+    (String::new(), None)
+}
