@@ -212,12 +212,22 @@ fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explan
     for ei in 0..n_engines {
         let cluster = &pass.clusters[ci];
         let engine_name = pass.engines[ei].name.clone();
-        let fit = pass.fits_of(ci)[ei].clone();
-        if !fit.claimable {
+        // Only the costs are needed here; borrowing them keeps the fits uncloned.
+        let (claimable, costs): (bool, Vec<Option<i64>>) = {
+            let fit = &pass.fits_of(ci)[ei];
+            (
+                fit.claimable,
+                fit.pools
+                    .iter()
+                    .map(|f| f.as_ref().map(|f| f.cost))
+                    .collect(),
+            )
+        };
+        if !claimable {
             // Pools where every member matches only Synthetic devices, and
             // pools where some member matches nothing at all.
-            for (pi, pool_fit) in fit.pools.iter().enumerate() {
-                let reason = match pool_fit {
+            for (pi, cost) in costs.iter().enumerate() {
+                let reason = match cost {
                     Some(_) => Reason::NoClaimableDevice,
                     None => member_reason(pass, ci, ei, pi),
                 };
@@ -230,34 +240,27 @@ fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explan
             }
             return out;
         }
-        let mut placed = false;
-        let mut engine_out = Vec::new();
-        for (pi, pool_fit) in fit.pools.iter().enumerate() {
-            let pool = &pass.clusters[ci].pools[pi];
-            let reason = match pool_fit {
-                Some(f) if trial[pi] >= f.cost => {
-                    trial[pi] -= f.cost;
-                    placed = true;
-                    break;
-                }
-                Some(f) => Reason::InsufficientNodes {
-                    needed: f.cost,
+        if let Some(pi) = (0..costs.len()).find(|&pi| costs[pi].is_some_and(|c| trial[pi] >= c)) {
+            trial[pi] -= costs[pi].unwrap_or(0);
+            continue;
+        }
+        for (pi, cost) in costs.iter().enumerate() {
+            let reason = match cost {
+                Some(needed) => Reason::InsufficientNodes {
+                    needed: *needed,
                     free: trial[pi],
                     used_by: usage(ledger, ci, pi),
                 },
                 None => member_reason(pass, ci, ei, pi),
             };
-            engine_out.push(Explanation {
-                cluster: pass.clusters[ci].name.clone(),
-                pool: Some(pool.name.clone()),
+            out.push(Explanation {
+                cluster: cluster.name.clone(),
+                pool: Some(cluster.pools[pi].name.clone()),
                 engine: Some(engine_name.clone()),
                 reason,
             });
         }
-        if !placed {
-            out.extend(engine_out);
-            return out;
-        }
+        return out;
     }
     out
 }
