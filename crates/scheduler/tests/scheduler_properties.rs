@@ -1,0 +1,213 @@
+//! Invariants of the scheduler over random fleets (proptest).
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use modelplane_api::types::Role;
+use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
+use modelplane_scheduler::{Cluster, Deployment, ExistingReplica, Options, Schedule, schedule};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+struct World {
+    clusters: Vec<(String, bool, Vec<(i64, i32, u32)>)>,
+    deployment: (u32, Vec<(u32, bool, i64, u32)>),
+    replicas: Vec<(bool, usize, usize, i64)>,
+}
+
+fn world() -> impl Strategy<Value = World> {
+    let pool = (0i64..5, 1i32..9, prop::sample::select(vec![16u32, 40, 80]));
+    let cluster = (any::<bool>(), prop::collection::vec(pool, 1..4));
+    let engine = (1u32..3, any::<bool>(), 1i64..9, prop::sample::select(vec![20u32, 60]));
+    (
+        prop::collection::vec(cluster, 1..5),
+        (1u32..6, prop::collection::vec(engine, 1..3)),
+        prop::collection::vec((any::<bool>(), 0usize..5, 0usize..4, 0i64..4), 0..8),
+    )
+        .prop_map(|(clusters, deployment, replicas)| World {
+            clusters: clusters
+                .into_iter()
+                .enumerate()
+                .map(|(i, (ready, pools))| (format!("c{i}"), ready, pools))
+                .collect(),
+            deployment,
+            replicas,
+        })
+}
+
+fn build(w: &World) -> (Deployment, Vec<Cluster>, Vec<ExistingReplica>) {
+    let cs = clusters(
+        w.clusters
+            .iter()
+            .map(|(name, ready, pools)| {
+                let mut b = cluster(name);
+                if !ready {
+                    b = b.not_ready();
+                }
+                for (i, (nodes, count, mem)) in pools.iter().enumerate() {
+                    b = b.pool(&format!("p{i}"), *nodes, vec![gpu(*count, &format!("{mem}Gi"))]);
+                }
+                b
+            })
+            .collect(),
+    );
+    let (replicas, engines) = &w.deployment;
+    let d = deployment(
+        "m",
+        *replicas,
+        engines
+            .iter()
+            .enumerate()
+            .map(|(i, (copies, gang, count, mem))| {
+                let mem = format!("{mem}Gi");
+                let members = if *gang {
+                    vec![
+                        member(Role::Leader, 1, vec![request("gpu", *count, &[&mem_at_least(&mem)])]),
+                        member(Role::Worker, 1, vec![request("gpu", *count, &[&mem_at_least(&mem)])]),
+                    ]
+                } else {
+                    vec![standalone(*count, &mem)]
+                };
+                engine(&format!("e{i}"), *copies, members)
+            })
+            .collect(),
+    );
+    let existing = w
+        .replicas
+        .iter()
+        .enumerate()
+        .map(|(i, (ours, c, p, index))| {
+            let cluster = format!("c{}", c % w.clusters.len());
+            let pool = format!("p{p}");
+            let engines: Vec<(String, String)> = if *ours {
+                d.engines.iter().map(|e| (e.name.clone(), pool.clone())).collect()
+            } else {
+                vec![("main".into(), pool.clone())]
+            };
+            let refs: Vec<(&str, &str)> = engines.iter().map(|(e, p)| (e.as_str(), p.as_str())).collect();
+            replica(if *ours { "m" } else { "other" }, &format!("r{i}"), &cluster, *index, &refs)
+        })
+        .collect();
+    (d, cs, existing)
+}
+
+/// The placements as existing replicas of the deployment.
+fn as_replicas(d: &Deployment, s: &Schedule) -> Vec<ExistingReplica> {
+    s.placements
+        .iter()
+        .map(|p| ExistingReplica {
+            namespace: d.namespace.clone(),
+            name: modelplane_api::names::replica_name(&d.name, &p.cluster, p.index as u32),
+            deployment: Some(d.name.clone()),
+            index: p.index,
+            cluster: p.cluster.clone(),
+            engines: p
+                .engines
+                .iter()
+                .zip(&d.engines)
+                .map(|(e, spec)| ReplicaEngine {
+                    name: e.name.clone(),
+                    copies: spec.copies,
+                    members: e
+                        .members
+                        .iter()
+                        .zip(&spec.members)
+                        .map(|(m, ms)| ReplicaMember {
+                            role: m.role,
+                            pods: ms.pods,
+                            pool: m.pool.clone(),
+                            claims: !m.device_requests.is_empty(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn run_opts(d: &Deployment, c: &[Cluster], r: &[ExistingReplica]) -> Option<Schedule> {
+    schedule(d, c, r, Options { fill: true, explain: false }).ok()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn new_placements_never_charge_a_pool_beyond_its_free_nodes(w in world()) {
+        let (d, c, r) = build(&w);
+        let Some(s) = run_opts(&d, &c, &r) else { return Ok(()) };
+        let kept: Vec<(String, i64)> = s.placements.iter().filter(|p| p.retained).map(|p| (p.cluster.clone(), p.index)).collect();
+        let mut free: HashMap<(String, String), i64> = HashMap::new();
+        for cl in &c {
+            for p in &cl.pools {
+                free.insert((cl.name.clone(), p.name.clone()), p.nodes);
+            }
+        }
+        for rep in &r {
+            let ours = rep.deployment.as_deref() == Some("m") && rep.namespace == d.namespace;
+            if ours && !kept.contains(&(rep.cluster.clone(), rep.index)) {
+                continue;
+            }
+            for e in &rep.engines {
+                for m in e.members.iter().filter(|m| m.claims) {
+                    if let Some(f) = free.get_mut(&(rep.cluster.clone(), m.pool.clone())) {
+                        *f -= i64::from(m.pods) * i64::from(e.copies);
+                    }
+                }
+            }
+        }
+        let mut new: HashMap<(String, String), i64> = HashMap::new();
+        for p in s.placements.iter().filter(|p| !p.retained) {
+            for (e, spec) in p.engines.iter().zip(&d.engines) {
+                for (m, ms) in e.members.iter().zip(&spec.members) {
+                    if !m.device_requests.is_empty() {
+                        *new.entry((p.cluster.clone(), m.pool.clone())).or_default() += i64::from(ms.pods) * i64::from(spec.copies);
+                    }
+                }
+            }
+        }
+        for (key, used) in new {
+            let before = free.get(&key).copied().unwrap_or(0);
+            prop_assert!(used <= before.max(0), "{key:?}: {used} new nodes, {before} free");
+        }
+    }
+
+    #[test]
+    fn placements_do_not_depend_on_input_order(w in world(), seed in any::<u64>()) {
+        let (d, c, r) = build(&w);
+        let baseline = run_opts(&d, &c, &r).map(|s| s.placements);
+        let mut c2 = c.clone();
+        let mut r2 = r.clone();
+        // A deterministic shuffle from the seed.
+        let n = c2.len();
+        for i in 0..n { c2.swap(i, (seed as usize).wrapping_add(i * 7) % n); }
+        r2.reverse();
+        let m = r2.len();
+        for i in 0..m { r2.swap(i, (seed as usize).wrapping_mul(31).wrapping_add(i) % m.max(1)); }
+        prop_assert_eq!(run_opts(&d, &c2, &r2).map(|s| s.placements), baseline);
+    }
+
+    #[test]
+    fn scheduling_again_with_the_result_changes_nothing(w in world()) {
+        let (d, c, r) = build(&w);
+        let Some(first) = run_opts(&d, &c, &r) else { return Ok(()) };
+        let mut existing: Vec<ExistingReplica> = r.iter().filter(|x| x.deployment.as_deref() != Some("m")).cloned().collect();
+        existing.extend(as_replicas(&d, &first));
+        let second = run_opts(&d, &c, &existing).expect("still schedulable");
+        let strip = |s: &Schedule| s.placements.iter().map(|p| (p.cluster.clone(), p.index, p.engines.clone())).collect::<Vec<_>>();
+        prop_assert_eq!(strip(&second), strip(&first));
+        prop_assert!(second.placements.iter().all(|p| p.retained));
+    }
+
+    #[test]
+    fn a_retained_replica_never_changes_cluster(w in world()) {
+        let (d, c, r) = build(&w);
+        let Some(s) = run_opts(&d, &c, &r) else { return Ok(()) };
+        for p in s.placements.iter().filter(|p| p.retained) {
+            prop_assert!(r.iter().any(|x| x.deployment.as_deref() == Some("m") && x.cluster == p.cluster && x.index == p.index));
+        }
+        prop_assert!(s.placements.len() <= d.replicas as usize);
+    }
+}
