@@ -2,6 +2,8 @@
 //! this file only parses arguments and maps outcomes to exit codes.
 
 mod crds;
+mod inputs;
+mod schedule;
 mod validate;
 
 use std::process::ExitCode;
@@ -30,6 +32,8 @@ enum Command {
     Crds(crds::CrdsArgs),
     /// Check manifests as the API server would admit them.
     Validate(validate::ValidateArgs),
+    /// Show where the scheduler would place a deployment's replicas, and why not elsewhere.
+    Schedule(schedule::ScheduleArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Crds(args) => report(crds::run(&args)),
+        Command::Schedule(args) => match schedule::run(&args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
         Command::Validate(args) => match validate::run(&args) {
             Ok(outcome) => ExitCode::from(outcome.exit_code()),
             Err(e) => {

@@ -6,8 +6,7 @@
 //! from `--old`, if any) → one report line per problem, or one JSON report.
 
 use std::collections::HashMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
@@ -15,6 +14,8 @@ use modelplane_api::validation::yaml::{Document, parse_documents};
 use modelplane_cel::{Admission, Review};
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::inputs::{Input, collect_inputs};
 
 /// Output format of `validate`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -63,7 +64,7 @@ struct Located {
 /// What happened to one document (or one unreadable input).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-struct DocumentReport {
+pub struct DocumentReport {
     file: String,
     line: u32,
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -78,6 +79,21 @@ struct DocumentReport {
     status: &'static str,
     errors: Vec<Located>,
     warnings: Vec<Located>,
+    /// The admitted object (pruned and defaulted) of an accepted document.
+    #[serde(skip)]
+    pub object: Option<Value>,
+}
+
+impl DocumentReport {
+    /// Whether the input could not be read or parsed.
+    pub fn unreadable(&self) -> bool {
+        self.status == "unreadable"
+    }
+
+    /// Whether the document was rejected or could not be read.
+    pub fn failed(&self) -> bool {
+        matches!(self.status, "rejected" | "unreadable")
+    }
 }
 
 /// Counts over every document.
@@ -105,20 +121,9 @@ impl Summary {
     }
 }
 
-/// One input: a display name and its text, or why it could not be read.
-struct Input {
-    name: String,
-    text: Result<String, String>,
-}
-
 /// Runs `validate`, printing the report; returns the counts.
 pub fn run(args: &ValidateArgs) -> anyhow::Result<Summary> {
-    let admission = Admission::new();
-    let old = load_old(&args.old)?;
-    let mut reports = Vec::new();
-    for input in collect_inputs(&args.paths) {
-        reports.extend(check_input(&admission, &old, input));
-    }
+    let reports = check_paths(&args.paths, &args.old)?;
     let summary = summarize(&reports);
     match args.output {
         Format::Text => print_text(&reports, &summary),
@@ -128,6 +133,17 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<Summary> {
         }
     }
     Ok(summary)
+}
+
+/// Checks every document of every path; `old` files give previous versions.
+pub fn check_paths(paths: &[String], old: &[PathBuf]) -> anyhow::Result<Vec<DocumentReport>> {
+    let admission = Admission::new();
+    let old = load_old(old)?;
+    let mut reports = Vec::new();
+    for input in collect_inputs(paths) {
+        reports.extend(check_input(&admission, &old, input));
+    }
+    Ok(reports)
 }
 
 /// Identity of an object for matching `--old` versions.
@@ -163,58 +179,6 @@ fn load_old(paths: &[PathBuf]) -> anyhow::Result<HashMap<ObjectKey, Value>> {
     Ok(old)
 }
 
-fn collect_inputs(paths: &[String]) -> Vec<Input> {
-    let mut inputs = Vec::new();
-    for path in paths {
-        if path == "-" {
-            let mut text = String::new();
-            let read = std::io::stdin()
-                .read_to_string(&mut text)
-                .map(|_| text)
-                .map_err(|e| e.to_string());
-            inputs.push(Input {
-                name: "<stdin>".into(),
-                text: read,
-            });
-            continue;
-        }
-        let p = Path::new(path);
-        if p.is_dir() {
-            let mut files = Vec::new();
-            walk_dir(p, &mut files);
-            files.sort();
-            inputs.extend(files.into_iter().map(|f| Input {
-                name: f.display().to_string(),
-                text: std::fs::read_to_string(&f).map_err(|e| e.to_string()),
-            }));
-        } else {
-            inputs.push(Input {
-                name: path.clone(),
-                text: std::fs::read_to_string(p).map_err(|e| e.to_string()),
-            });
-        }
-    }
-    inputs
-}
-
-fn walk_dir(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        files.push(dir.to_path_buf());
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            walk_dir(&path, files);
-        } else if matches!(
-            path.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
-            files.push(path);
-        }
-    }
-}
-
 fn unreadable(file: &str, line: u32, message: String) -> DocumentReport {
     DocumentReport {
         file: file.to_string(),
@@ -230,6 +194,7 @@ fn unreadable(file: &str, line: u32, message: String) -> DocumentReport {
             message,
         }],
         warnings: Vec::new(),
+        object: None,
     }
 }
 
@@ -294,15 +259,17 @@ fn check_document(
             status: "skipped",
             errors: Vec::new(),
             warnings: Vec::new(),
+            object: None,
         },
         Review::Checked {
             kind,
             name,
             namespace,
+            object,
             errors,
             warnings,
-            ..
         } => DocumentReport {
+            object: errors.is_empty().then_some(object),
             file: file.to_string(),
             line: doc.line,
             api_version,
@@ -347,6 +314,25 @@ fn summarize(reports: &[DocumentReport]) -> Summary {
 }
 
 fn print_text(reports: &[DocumentReport], summary: &Summary) {
+    print_problems(reports, true);
+    println!(
+        "{} documents: {} accepted, {} rejected, {} skipped{}; {} errors, {} warnings",
+        summary.documents,
+        summary.accepted,
+        summary.rejected,
+        summary.skipped,
+        if summary.unreadable > 0 {
+            format!(", {} unreadable inputs", summary.unreadable)
+        } else {
+            String::new()
+        },
+        summary.errors,
+        summary.warnings
+    );
+}
+
+/// One line per problem (and per skipped document when `skipped`).
+pub fn print_problems(reports: &[DocumentReport], skipped: bool) {
     for r in reports {
         let object = format!("{}/{}", r.kind, r.name);
         let field = |p: &Located| {
@@ -362,6 +348,7 @@ fn print_text(reports: &[DocumentReport], summary: &Summary) {
                     println!("{}:{}: {}", r.file, e.line, e.message);
                 }
             }
+            "skipped" if !skipped => {}
             "skipped" => println!(
                 "{}:{}: {object}: skipped: {} is not a Modelplane kind",
                 r.file, r.line, r.api_version
@@ -382,18 +369,4 @@ fn print_text(reports: &[DocumentReport], summary: &Summary) {
             }
         }
     }
-    println!(
-        "{} documents: {} accepted, {} rejected, {} skipped{}; {} errors, {} warnings",
-        summary.documents,
-        summary.accepted,
-        summary.rejected,
-        summary.skipped,
-        if summary.unreadable > 0 {
-            format!(", {} unreadable inputs", summary.unreadable)
-        } else {
-            String::new()
-        },
-        summary.errors,
-        summary.warnings
-    );
 }

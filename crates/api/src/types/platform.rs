@@ -581,3 +581,39 @@ pub struct GpuPool {
 
 /// Labels by key, as on `metadata.labels`.
 pub type Labels = BTreeMap<String, String>;
+
+impl InferenceClusterSpec {
+    /// `status.gpuPools` as the InferenceCluster composition publishes it
+    /// (`behavior.md` §8.1 step 5): one entry per node pool whose class is
+    /// known and has devices, with `maxNodeCount` (else `nodeCount`) nodes and
+    /// the class's devices, `claim` and `count` explicit.
+    pub fn gpu_pools(&self, classes: &[InferenceClass]) -> Vec<GpuPool> {
+        self.node_pools
+            .iter()
+            .flatten()
+            .filter_map(|pool| {
+                let class = classes
+                    .iter()
+                    .find(|c| c.metadata.name.as_deref() == Some(pool.class_name.as_str()))?;
+                if class.spec.devices.is_empty() {
+                    return None;
+                }
+                let devices = class
+                    .spec
+                    .devices
+                    .iter()
+                    .map(|d| Device {
+                        claim: Some(d.claim()),
+                        count: Some(d.count()),
+                        ..d.clone()
+                    })
+                    .collect();
+                Some(GpuPool {
+                    name: pool.name.clone(),
+                    nodes: Some(pool.capacity_nodes()),
+                    devices: Some(devices),
+                })
+            })
+            .collect()
+    }
+}

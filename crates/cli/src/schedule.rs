@@ -1,0 +1,438 @@
+//! `modelplane schedule`: where the scheduler would place a deployment's
+//! replicas on a fleet described by manifests, and why not elsewhere.
+//!
+//! Data flow: paths → `validate`'s admission (bad input is reported exactly
+//! as `validate` reports it) → typed objects → scheduler inputs (clusters
+//! without `status.gpuPools` get them derived from their node pools and
+//! classes, and count as Ready with a placeholder gateway unless their status
+//! says otherwise) → `schedule()` per deployment → a table or JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use modelplane_api::names;
+use modelplane_api::types::{
+    InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
+};
+use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
+use modelplane_scheduler::{
+    Cluster, Deployment, DeviceInterner, DeviceMiss, ExistingReplica, Explanation, Hold, Options,
+    Reason, Schedule, schedule,
+};
+use serde_json::Value;
+
+use crate::validate::{check_paths, print_problems};
+
+/// Output format of `schedule`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A table per deployment.
+    #[default]
+    Table,
+    /// The placement of one deployment as JSON (see docs/schedule.md).
+    Json,
+}
+
+/// Arguments of `modelplane schedule`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Reads InferenceClusters (with their status, if any), InferenceClasses, ModelCaches, \
+existing ModelReplicas and ModelDeployments. A cluster without status.gpuPools gets them \
+from its node pools and classes, and counts as Ready with a placeholder gateway address \
+unless its status says otherwise. Several deployments are placed one after the other \
+(by namespace/name), each seeing the replicas of those before it.
+
+Exit status: 0 when a placement was computed, 1 when input is invalid or a deployment \
+is held (a selector does not compile, no cluster matches), 2 when input cannot be read.
+
+Examples:
+  modelplane schedule -f examples/ --explain
+  modelplane schedule -f fleet/ -f model.yaml --deployment ml-team/qwen3-8b -o json")]
+pub struct ScheduleArgs {
+    /// Manifest files or directories; `-` reads standard input.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", num_args = 1.., required = true)]
+    paths: Vec<String>,
+    /// The deployment to place, as namespace/name (required for JSON when
+    /// there are several).
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    deployment: Option<String>,
+    /// Also say why every cluster and pool not chosen was not chosen.
+    #[arg(long)]
+    explain: bool,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Table)]
+    output: Format,
+}
+
+/// Placeholder gateway of a cluster that has no status yet.
+fn placeholder_gateway(cluster: &str) -> String {
+    format!("{cluster}.gateway.invalid")
+}
+
+/// The typed objects of the inputs.
+#[derive(Default)]
+struct Fleet {
+    clusters: Vec<InferenceCluster>,
+    classes: Vec<InferenceClass>,
+    caches: Vec<ModelCache>,
+    replicas: Vec<ModelReplica>,
+    deployments: Vec<ModelDeployment>,
+}
+
+fn typed<T: serde::de::DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
+    serde_json::from_value(value.clone()).context("an admitted object does not fit its type")
+}
+
+fn fleet(objects: &[Value]) -> anyhow::Result<Fleet> {
+    let mut fleet = Fleet::default();
+    for object in objects {
+        match object["kind"].as_str().unwrap_or_default() {
+            "InferenceCluster" => fleet.clusters.push(typed(object)?),
+            "InferenceClass" => fleet.classes.push(typed(object)?),
+            "ModelCache" => fleet.caches.push(typed(object)?),
+            "ModelReplica" => fleet.replicas.push(typed(object)?),
+            "ModelDeployment" => fleet.deployments.push(typed(object)?),
+            _ => {}
+        }
+    }
+    Ok(fleet)
+}
+
+/// The scheduler's view of a cluster, deriving what a fresh one lacks.
+fn cluster_view(cluster: &InferenceCluster, classes: &[InferenceClass], interner: &mut DeviceInterner) -> Cluster {
+    let mut cluster = cluster.clone();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let mut status = cluster.status.clone().unwrap_or_default();
+    if status.gpu_pools.is_none() {
+        status.gpu_pools = Some(cluster.spec.gpu_pools(classes));
+    }
+    if status.conditions.is_none() {
+        status.conditions = Some(vec![modelplane_api::types::Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]);
+    }
+    if status.gateway.as_ref().and_then(|g| g.address.as_ref()).is_none() {
+        status.gateway = Some(modelplane_api::types::GatewayAddress {
+            address: Some(placeholder_gateway(&name)),
+        });
+    }
+    cluster.status = Some(status);
+    Cluster::from_resource(&cluster, interner)
+}
+
+fn key(namespace: &Option<String>, name: &Option<String>) -> String {
+    format!(
+        "{}/{}",
+        namespace.as_deref().unwrap_or("default"),
+        name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A placement as the ModelReplica the controller would create.
+fn as_replica(d: &Deployment, s: &Schedule) -> Vec<ExistingReplica> {
+    s.placements
+        .iter()
+        .map(|p| ExistingReplica {
+            namespace: d.namespace.clone(),
+            name: names::replica_name(&d.name, &p.cluster, u32::try_from(p.index).unwrap_or(0)),
+            deployment: Some(d.name.clone()),
+            index: p.index,
+            cluster: p.cluster.clone(),
+            engines: p
+                .engines
+                .iter()
+                .zip(&d.engines)
+                .map(|(e, spec)| ReplicaEngine {
+                    name: e.name.clone(),
+                    copies: spec.copies,
+                    members: e
+                        .members
+                        .iter()
+                        .zip(&spec.members)
+                        .map(|(m, ms)| ReplicaMember {
+                            role: m.role,
+                            pods: ms.pods,
+                            pool: m.pool.clone(),
+                            claims: !m.device_requests.is_empty(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Runs `schedule`; returns the exit code.
+pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
+    let reports = check_paths(&args.paths, &[])?;
+    if reports.iter().any(|r| r.failed()) {
+        print_problems(&reports, false);
+        return Ok(if reports.iter().any(|r| r.unreadable()) { 2 } else { 1 });
+    }
+    let objects: Vec<Value> = reports.iter().filter_map(|r| r.object.clone()).collect();
+    let fleet = fleet(&objects)?;
+
+    let mut deployments: Vec<&ModelDeployment> = fleet.deployments.iter().collect();
+    deployments.sort_by_key(|d| key(&d.metadata.namespace, &d.metadata.name));
+    if let Some(wanted) = &args.deployment {
+        deployments.retain(|d| &key(&d.metadata.namespace, &d.metadata.name) == wanted);
+        if deployments.is_empty() {
+            bail!("no ModelDeployment {wanted} in the inputs");
+        }
+    }
+    if deployments.is_empty() {
+        bail!("no ModelDeployment in the inputs; pass one with -f");
+    }
+    if args.output == Format::Json && deployments.len() > 1 {
+        let names: Vec<String> = deployments.iter().map(|d| key(&d.metadata.namespace, &d.metadata.name)).collect();
+        bail!("several ModelDeployments ({}); pick one with --deployment", names.join(", "));
+    }
+
+    let mut interner = DeviceInterner::default();
+    let clusters: Vec<Cluster> = fleet
+        .clusters
+        .iter()
+        .map(|c| cluster_view(c, &fleet.classes, &mut interner))
+        .collect();
+    let mut replicas: Vec<ExistingReplica> = fleet.replicas.iter().map(ExistingReplica::from_resource).collect();
+
+    let mut code = 0;
+    let mut out = String::new();
+    for (i, md) in deployments.iter().enumerate() {
+        let (deployment, fill, note) = deployment_view(md, &fleet.caches);
+        let result = schedule(&deployment, &clusters, &replicas, Options { fill, explain: true });
+        if i > 0 {
+            out.push('\n');
+        }
+        match (&result, args.output) {
+            (Ok(s), Format::Json) => out.push_str(&(serde_json::to_string_pretty(s)? + "\n")),
+            (Ok(s), Format::Table) => render_table(&mut out, &deployment, s, note.as_deref(), args.explain),
+            (Err(hold), Format::Json) => {
+                code = 1;
+                out.push_str(&(serde_json::to_string_pretty(&hold_json(hold))? + "\n"));
+            }
+            (Err(hold), Format::Table) => {
+                code = 1;
+                render_hold(&mut out, &deployment, hold, args.explain);
+            }
+        }
+        if let Ok(s) = &result {
+            let own = |r: &ExistingReplica| r.deployment.as_deref() == Some(deployment.name.as_str()) && r.namespace == deployment.namespace;
+            replicas.retain(|r| !own(r));
+            replicas.extend(as_replica(&deployment, s));
+        }
+    }
+    print!("{out}");
+    Ok(code)
+}
+
+/// The scheduler's deployment, whether it may place new replicas, and a note.
+fn deployment_view(md: &ModelDeployment, caches: &[ModelCache]) -> (Deployment, bool, Option<String>) {
+    let Some(cache_ref) = &md.spec.template.spec.model_cache_ref else {
+        return (Deployment::from_resource(md, None), true, None);
+    };
+    let cache = caches.iter().find(|c| {
+        c.metadata.name.as_deref() == Some(cache_ref.name.as_str()) && c.metadata.namespace == md.metadata.namespace
+    });
+    match cache {
+        Some(cache) => {
+            let selector: Option<BTreeMap<String, String>> =
+                cache.spec.cluster_selector.as_ref().and_then(|s| s.match_labels.clone()).filter(|m| !m.is_empty());
+            (Deployment::from_resource(md, selector.as_ref()), true, None)
+        }
+        None => (
+            Deployment::from_resource(md, None),
+            false,
+            Some(format!(
+                "ModelCache {} is not in the inputs: new replicas are held until it exists",
+                cache_ref.name
+            )),
+        ),
+    }
+}
+
+fn hold_json(hold: &Hold) -> Value {
+    match hold {
+        Hold::InvalidSelector(e) => serde_json::json!({
+            "hold": "InvalidNodeSelector",
+            "message": hold.to_string(),
+            "engine": e.engine,
+            "member": e.member,
+            "request": e.request,
+            "selector": e.selector,
+            "expression": e.expression,
+            "line": e.error.line,
+            "column": e.error.column,
+            "error": e.error.message,
+        }),
+        Hold::NoClusters { explanations } => serde_json::json!({
+            "hold": "NoClusters",
+            "message": hold.to_string(),
+            "explanations": explanations,
+        }),
+    }
+}
+
+fn render_hold(out: &mut String, d: &Deployment, hold: &Hold, explain: bool) {
+    let _ = writeln!(out, "{}/{}: held, existing replicas stay", d.namespace, d.name);
+    match hold {
+        Hold::InvalidSelector(e) => {
+            let _ = writeln!(
+                out,
+                "  engine {} member {} request {} selector {}: invalid CEL at {}:{}: {}",
+                e.engine, e.member, e.request, e.selector, e.error.line, e.error.column, e.error.message
+            );
+            for (i, line) in e.expression.lines().enumerate() {
+                let _ = writeln!(out, "    | {line}");
+                if i + 1 == e.error.line {
+                    let _ = writeln!(out, "    | {}^", " ".repeat(e.error.column.saturating_sub(1)));
+                }
+            }
+        }
+        Hold::NoClusters { explanations } => {
+            let _ = writeln!(out, "  no InferenceCluster matches the cluster selector");
+            if explain {
+                render_explanations(out, explanations);
+            }
+        }
+    }
+}
+
+fn devices_text(requests: &[modelplane_scheduler::ResolvedRequest]) -> String {
+    if requests.is_empty() {
+        return "-".into();
+    }
+    requests
+        .iter()
+        .map(|r| format!("{}: {} × {}", r.name, r.count, if r.device_class_name.is_empty() { "?" } else { &r.device_class_name }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn render_table(out: &mut String, d: &Deployment, s: &Schedule, note: Option<&str>, explain: bool) {
+    let clusters: std::collections::BTreeSet<&str> = s.placements.iter().map(|p| p.cluster.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "{}/{}: {} of {} replicas placed on {} ({} candidate clusters)",
+        d.namespace,
+        d.name,
+        s.placements.len(),
+        s.requested,
+        if clusters.is_empty() { "no cluster".to_string() } else { clusters.into_iter().collect::<Vec<_>>().join(", ") },
+        s.candidates
+    );
+    if let Some(note) = note {
+        let _ = writeln!(out, "  note: {note}");
+    }
+    let mut rows = vec![["CLUSTER", "INDEX", "STATE", "ENGINE", "MEMBER", "POOL", "DEVICES"].map(String::from).to_vec()];
+    for p in &s.placements {
+        for e in &p.engines {
+            for m in &e.members {
+                rows.push(vec![
+                    p.cluster.clone(),
+                    p.index.to_string(),
+                    if p.retained { "kept" } else { "new" }.into(),
+                    e.name.clone(),
+                    format!("{:?}", m.role),
+                    m.pool.clone(),
+                    devices_text(&m.device_requests),
+                ]);
+            }
+        }
+    }
+    if rows.len() > 1 {
+        write_rows(out, &rows);
+    }
+    if explain {
+        render_explanations(out, &s.explanations);
+    }
+}
+
+fn render_explanations(out: &mut String, explanations: &[Explanation]) {
+    if explanations.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "  not chosen:");
+    let mut rows = vec![["CLUSTER", "POOL", "ENGINE", "REASON"].map(String::from).to_vec()];
+    for e in explanations {
+        rows.push(vec![
+            e.cluster.clone(),
+            e.pool.clone().unwrap_or_else(|| "-".into()),
+            e.engine.clone().unwrap_or_else(|| "-".into()),
+            reason_text(&e.reason),
+        ]);
+    }
+    write_rows(out, &rows);
+}
+
+fn write_rows(out: &mut String, rows: &[Vec<String>]) {
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let mut line = String::from("  ");
+        for (i, cell) in row.iter().enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let _ = write!(line, "{cell:<width$}  ", width = widths[i]);
+            }
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+fn miss_text(miss: &DeviceMiss) -> String {
+    match miss {
+        DeviceMiss::Count { available, requested } => format!("only {available} free of the {requested} requested"),
+        DeviceMiss::SelectorFalse { selector, expression } => format!("selector {selector} is false: {}", one_line(expression)),
+        DeviceMiss::SelectorError { selector, expression, error } => {
+            format!("selector {selector} fails ({error}): {}", one_line(expression))
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A reason in words.
+fn reason_text(reason: &Reason) -> String {
+    match reason {
+        Reason::SelectorMismatch { label, want, have } => match have {
+            Some(have) => format!("cluster selector wants {label}={want}, cluster has {label}={have}"),
+            None => format!("cluster selector wants {label}={want}, cluster has no {label} label"),
+        },
+        Reason::Taint { key, value, effect } => {
+            let taint = if value.is_empty() { key.clone() } else { format!("{key}={value}") };
+            format!("untolerated taint {taint}:{effect:?}")
+        }
+        Reason::NotReady => "cluster is not Ready".into(),
+        Reason::NoGateway => "cluster has no gateway address yet".into(),
+        Reason::NoPools => "cluster publishes no GPU pools".into(),
+        Reason::NoClaimableDevice => "only Synthetic devices match: no DRA device to claim".into(),
+        Reason::DeviceUnmatched { member, role, request, closest } => {
+            let mut text = format!("member {member} ({role:?}) request {request} matches no device");
+            if let Some(c) = closest {
+                let _ = write!(text, "; closest {}: {}", c.device, miss_text(&c.why));
+            }
+            text
+        }
+        Reason::ClaimStranded { member, role } => {
+            format!("member {member} ({role:?}) would get only Synthetic devices here though it claims DRA devices elsewhere")
+        }
+        Reason::InsufficientNodes { needed, free, used_by } => {
+            let mut text = format!("not enough free nodes: needed {needed}, free {free}");
+            if !used_by.is_empty() {
+                let users: Vec<String> = used_by.iter().map(|u| format!("{} ({})", u.deployment, u.nodes)).collect();
+                let _ = write!(text, "; used by {}", users.join(", "));
+            }
+            text
+        }
+        Reason::NotNeeded => "fits, but every requested replica is placed".into(),
+    }
+}
