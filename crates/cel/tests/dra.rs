@@ -245,3 +245,17 @@ fn compile_errors_carry_a_position() {
     let long = format!("device.driver == '{}'", "x".repeat(10 * 1024));
     assert!(compile_error(&long).message.contains("limit is 10240"));
 }
+
+#[test]
+fn selectors_beyond_the_cost_limit_are_rejected() {
+    // 65^4 iterations of a body: over 1,000,000 in the worst case.
+    let nested = r#"device.attributes.exists(a, device.attributes.exists(b, device.attributes.exists(c, device.attributes.exists(d, a == d))))"#;
+    assert!(compile_error(nested).message.starts_with("estimated cost"));
+    // Two levels are fine.
+    assert!(
+        DeviceSelector::compile(
+            r#"device.attributes.exists(a, device.attributes.exists(b, a == b))"#
+        )
+        .is_ok()
+    );
+}

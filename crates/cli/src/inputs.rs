@@ -63,4 +63,3 @@ fn walk_dir(dir: &Path, files: &mut Vec<PathBuf>) {
         }
     }
 }
-

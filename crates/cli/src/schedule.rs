@@ -101,7 +101,11 @@ fn fleet(objects: &[Value]) -> anyhow::Result<Fleet> {
 }
 
 /// The scheduler's view of a cluster, deriving what a fresh one lacks.
-fn cluster_view(cluster: &InferenceCluster, classes: &[InferenceClass], interner: &mut DeviceInterner) -> Cluster {
+fn cluster_view(
+    cluster: &InferenceCluster,
+    classes: &[InferenceClass],
+    interner: &mut DeviceInterner,
+) -> Cluster {
     let mut cluster = cluster.clone();
     let name = cluster.metadata.name.clone().unwrap_or_default();
     let mut status = cluster.status.clone().unwrap_or_default();
@@ -115,7 +119,12 @@ fn cluster_view(cluster: &InferenceCluster, classes: &[InferenceClass], interner
             ..Default::default()
         }]);
     }
-    if status.gateway.as_ref().and_then(|g| g.address.as_ref()).is_none() {
+    if status
+        .gateway
+        .as_ref()
+        .and_then(|g| g.address.as_ref())
+        .is_none()
+    {
         status.gateway = Some(modelplane_api::types::GatewayAddress {
             address: Some(placeholder_gateway(&name)),
         });
@@ -171,7 +180,11 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
     let reports = check_paths(&args.paths, &[])?;
     if reports.iter().any(|r| r.failed()) {
         print_problems(&reports, false);
-        return Ok(if reports.iter().any(|r| r.unreadable()) { 2 } else { 1 });
+        return Ok(if reports.iter().any(|r| r.unreadable()) {
+            2
+        } else {
+            1
+        });
     }
     let objects: Vec<Value> = reports.iter().filter_map(|r| r.object.clone()).collect();
     let fleet = fleet(&objects)?;
@@ -188,8 +201,14 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
         bail!("no ModelDeployment in the inputs; pass one with -f");
     }
     if args.output == Format::Json && deployments.len() > 1 {
-        let names: Vec<String> = deployments.iter().map(|d| key(&d.metadata.namespace, &d.metadata.name)).collect();
-        bail!("several ModelDeployments ({}); pick one with --deployment", names.join(", "));
+        let names: Vec<String> = deployments
+            .iter()
+            .map(|d| key(&d.metadata.namespace, &d.metadata.name))
+            .collect();
+        bail!(
+            "several ModelDeployments ({}); pick one with --deployment",
+            names.join(", ")
+        );
     }
 
     let mut interner = DeviceInterner::default();
@@ -198,19 +217,33 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
         .iter()
         .map(|c| cluster_view(c, &fleet.classes, &mut interner))
         .collect();
-    let mut replicas: Vec<ExistingReplica> = fleet.replicas.iter().map(ExistingReplica::from_resource).collect();
+    let mut replicas: Vec<ExistingReplica> = fleet
+        .replicas
+        .iter()
+        .map(ExistingReplica::from_resource)
+        .collect();
 
     let mut code = 0;
     let mut out = String::new();
     for (i, md) in deployments.iter().enumerate() {
         let (deployment, fill, note) = deployment_view(md, &fleet.caches);
-        let result = schedule(&deployment, &clusters, &replicas, Options { fill, explain: true });
+        let result = schedule(
+            &deployment,
+            &clusters,
+            &replicas,
+            Options {
+                fill,
+                explain: true,
+            },
+        );
         if i > 0 {
             out.push('\n');
         }
         match (&result, args.output) {
             (Ok(s), Format::Json) => out.push_str(&(serde_json::to_string_pretty(s)? + "\n")),
-            (Ok(s), Format::Table) => render_table(&mut out, &deployment, s, note.as_deref(), args.explain),
+            (Ok(s), Format::Table) => {
+                render_table(&mut out, &deployment, s, note.as_deref(), args.explain)
+            }
             (Err(hold), Format::Json) => {
                 code = 1;
                 out.push_str(&(serde_json::to_string_pretty(&hold_json(hold))? + "\n"));
@@ -221,7 +254,10 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
             }
         }
         if let Ok(s) = &result {
-            let own = |r: &ExistingReplica| r.deployment.as_deref() == Some(deployment.name.as_str()) && r.namespace == deployment.namespace;
+            let own = |r: &ExistingReplica| {
+                r.deployment.as_deref() == Some(deployment.name.as_str())
+                    && r.namespace == deployment.namespace
+            };
             replicas.retain(|r| !own(r));
             replicas.extend(as_replica(&deployment, s));
         }
@@ -231,17 +267,25 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
 }
 
 /// The scheduler's deployment, whether it may place new replicas, and a note.
-fn deployment_view(md: &ModelDeployment, caches: &[ModelCache]) -> (Deployment, bool, Option<String>) {
+fn deployment_view(
+    md: &ModelDeployment,
+    caches: &[ModelCache],
+) -> (Deployment, bool, Option<String>) {
     let Some(cache_ref) = &md.spec.template.spec.model_cache_ref else {
         return (Deployment::from_resource(md, None), true, None);
     };
     let cache = caches.iter().find(|c| {
-        c.metadata.name.as_deref() == Some(cache_ref.name.as_str()) && c.metadata.namespace == md.metadata.namespace
+        c.metadata.name.as_deref() == Some(cache_ref.name.as_str())
+            && c.metadata.namespace == md.metadata.namespace
     });
     match cache {
         Some(cache) => {
-            let selector: Option<BTreeMap<String, String>> =
-                cache.spec.cluster_selector.as_ref().and_then(|s| s.match_labels.clone()).filter(|m| !m.is_empty());
+            let selector: Option<BTreeMap<String, String>> = cache
+                .spec
+                .cluster_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone())
+                .filter(|m| !m.is_empty());
             (Deployment::from_resource(md, selector.as_ref()), true, None)
         }
         None => (
@@ -278,18 +322,32 @@ fn hold_json(hold: &Hold) -> Value {
 }
 
 fn render_hold(out: &mut String, d: &Deployment, hold: &Hold, explain: bool) {
-    let _ = writeln!(out, "{}/{}: held, existing replicas stay", d.namespace, d.name);
+    let _ = writeln!(
+        out,
+        "{}/{}: held, existing replicas stay",
+        d.namespace, d.name
+    );
     match hold {
         Hold::InvalidSelector(e) => {
             let _ = writeln!(
                 out,
                 "  engine {} member {} request {} selector {}: invalid CEL at {}:{}: {}",
-                e.engine, e.member, e.request, e.selector, e.error.line, e.error.column, e.error.message
+                e.engine,
+                e.member,
+                e.request,
+                e.selector,
+                e.error.line,
+                e.error.column,
+                e.error.message
             );
             for (i, line) in e.expression.lines().enumerate() {
                 let _ = writeln!(out, "    | {line}");
                 if i + 1 == e.error.line {
-                    let _ = writeln!(out, "    | {}^", " ".repeat(e.error.column.saturating_sub(1)));
+                    let _ = writeln!(
+                        out,
+                        "    | {}^",
+                        " ".repeat(e.error.column.saturating_sub(1))
+                    );
                 }
             }
         }
@@ -308,13 +366,25 @@ fn devices_text(requests: &[modelplane_scheduler::ResolvedRequest]) -> String {
     }
     requests
         .iter()
-        .map(|r| format!("{}: {} × {}", r.name, r.count, if r.device_class_name.is_empty() { "?" } else { &r.device_class_name }))
+        .map(|r| {
+            format!(
+                "{}: {} × {}",
+                r.name,
+                r.count,
+                if r.device_class_name.is_empty() {
+                    "?"
+                } else {
+                    &r.device_class_name
+                }
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
 fn render_table(out: &mut String, d: &Deployment, s: &Schedule, note: Option<&str>, explain: bool) {
-    let clusters: std::collections::BTreeSet<&str> = s.placements.iter().map(|p| p.cluster.as_str()).collect();
+    let clusters: std::collections::BTreeSet<&str> =
+        s.placements.iter().map(|p| p.cluster.as_str()).collect();
     let _ = writeln!(
         out,
         "{}/{}: {} of {} replicas placed on {} ({} candidate clusters)",
@@ -322,13 +392,23 @@ fn render_table(out: &mut String, d: &Deployment, s: &Schedule, note: Option<&st
         d.name,
         s.placements.len(),
         s.requested,
-        if clusters.is_empty() { "no cluster".to_string() } else { clusters.into_iter().collect::<Vec<_>>().join(", ") },
+        if clusters.is_empty() {
+            "no cluster".to_string()
+        } else {
+            clusters.into_iter().collect::<Vec<_>>().join(", ")
+        },
         s.candidates
     );
     if let Some(note) = note {
         let _ = writeln!(out, "  note: {note}");
     }
-    let mut rows = vec![["CLUSTER", "INDEX", "STATE", "ENGINE", "MEMBER", "POOL", "DEVICES"].map(String::from).to_vec()];
+    let mut rows = vec![
+        [
+            "CLUSTER", "INDEX", "STATE", "ENGINE", "MEMBER", "POOL", "DEVICES",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
     for p in &s.placements {
         for e in &p.engines {
             for m in &e.members {
@@ -357,7 +437,11 @@ fn render_explanations(out: &mut String, explanations: &[Explanation]) {
         return;
     }
     let _ = writeln!(out, "  not chosen:");
-    let mut rows = vec![["CLUSTER", "POOL", "ENGINE", "REASON"].map(String::from).to_vec()];
+    let mut rows = vec![
+        ["CLUSTER", "POOL", "ENGINE", "REASON"]
+            .map(String::from)
+            .to_vec(),
+    ];
     for e in explanations {
         rows.push(vec![
             e.cluster.clone(),
@@ -388,10 +472,23 @@ fn write_rows(out: &mut String, rows: &[Vec<String>]) {
 
 fn miss_text(miss: &DeviceMiss) -> String {
     match miss {
-        DeviceMiss::Count { available, requested } => format!("only {available} free of the {requested} requested"),
-        DeviceMiss::SelectorFalse { selector, expression } => format!("selector {selector} is false: {}", one_line(expression)),
-        DeviceMiss::SelectorError { selector, expression, error } => {
-            format!("selector {selector} fails ({error}): {}", one_line(expression))
+        DeviceMiss::Count {
+            available,
+            requested,
+        } => format!("only {available} free of the {requested} requested"),
+        DeviceMiss::SelectorFalse {
+            selector,
+            expression,
+        } => format!("selector {selector} is false: {}", one_line(expression)),
+        DeviceMiss::SelectorError {
+            selector,
+            expression,
+            error,
+        } => {
+            format!(
+                "selector {selector} fails ({error}): {}",
+                one_line(expression)
+            )
         }
     }
 }
@@ -404,31 +501,52 @@ fn one_line(text: &str) -> String {
 fn reason_text(reason: &Reason) -> String {
     match reason {
         Reason::SelectorMismatch { label, want, have } => match have {
-            Some(have) => format!("cluster selector wants {label}={want}, cluster has {label}={have}"),
+            Some(have) => {
+                format!("cluster selector wants {label}={want}, cluster has {label}={have}")
+            }
             None => format!("cluster selector wants {label}={want}, cluster has no {label} label"),
         },
         Reason::Taint { key, value, effect } => {
-            let taint = if value.is_empty() { key.clone() } else { format!("{key}={value}") };
+            let taint = if value.is_empty() {
+                key.clone()
+            } else {
+                format!("{key}={value}")
+            };
             format!("untolerated taint {taint}:{effect:?}")
         }
         Reason::NotReady => "cluster is not Ready".into(),
         Reason::NoGateway => "cluster has no gateway address yet".into(),
         Reason::NoPools => "cluster publishes no GPU pools".into(),
         Reason::NoClaimableDevice => "only Synthetic devices match: no DRA device to claim".into(),
-        Reason::DeviceUnmatched { member, role, request, closest } => {
-            let mut text = format!("member {member} ({role:?}) request {request} matches no device");
+        Reason::DeviceUnmatched {
+            member,
+            role,
+            request,
+            closest,
+        } => {
+            let mut text =
+                format!("member {member} ({role:?}) request {request} matches no device");
             if let Some(c) = closest {
                 let _ = write!(text, "; closest {}: {}", c.device, miss_text(&c.why));
             }
             text
         }
         Reason::ClaimStranded { member, role } => {
-            format!("member {member} ({role:?}) would get only Synthetic devices here though it claims DRA devices elsewhere")
+            format!(
+                "member {member} ({role:?}) would get only Synthetic devices here though it claims DRA devices elsewhere"
+            )
         }
-        Reason::InsufficientNodes { needed, free, used_by } => {
+        Reason::InsufficientNodes {
+            needed,
+            free,
+            used_by,
+        } => {
             let mut text = format!("not enough free nodes: needed {needed}, free {free}");
             if !used_by.is_empty() {
-                let users: Vec<String> = used_by.iter().map(|u| format!("{} ({})", u.deployment, u.nodes)).collect();
+                let users: Vec<String> = used_by
+                    .iter()
+                    .map(|u| format!("{} ({})", u.deployment, u.nodes))
+                    .collect();
                 let _ = write!(text, "; used by {}", users.join(", "));
             }
             text

@@ -15,7 +15,9 @@ fn modelplane(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn golden(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/schedule").join(case)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/schedule")
+        .join(case)
 }
 
 fn snapshot(case: &str, args: &[&str], out: &Output) {
@@ -50,7 +52,13 @@ fn observed_status_taints_and_capacity_are_explained() {
     let out = modelplane(&golden("status-and-taints"), &args);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    for expected in ["untolerated taint maintenance:NoExecute", "cluster is not Ready", "not enough free nodes", "matches no device", "cluster selector wants tier=gold"] {
+    for expected in [
+        "untolerated taint maintenance:NoExecute",
+        "cluster is not Ready",
+        "not enough free nodes",
+        "matches no device",
+        "cluster selector wants tier=gold",
+    ] {
         assert!(text.contains(expected), "{expected} missing from\n{text}");
     }
     snapshot("status-and-taints", &args, &out);
@@ -63,15 +71,34 @@ fn a_selector_that_does_not_compile_holds_with_its_position() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("held, existing replicas stay"), "{text}");
-    assert!(text.contains("found no matching overload for '_>=_'"), "{text}");
+    assert!(
+        text.contains("found no matching overload for '_>=_'"),
+        "{text}"
+    );
     snapshot("invalid-selector", &args, &out);
 }
 
 #[test]
 fn json_output_follows_the_documented_contract() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = modelplane(&root, &["schedule", "-f", "examples/", "--deployment", "ml-team/qwen3-coder", "-o", "json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = modelplane(
+        &root,
+        &[
+            "schedule",
+            "-f",
+            "examples/",
+            "--deployment",
+            "ml-team/qwen3-coder",
+            "-o",
+            "json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(v["requested"], 1);
     let p = &v["placements"][0];
@@ -85,7 +112,11 @@ fn json_output_follows_the_documented_contract() {
     assert_eq!(request["name"], "gpu");
     assert_eq!(request["deviceClassName"], "gpu.nvidia.com");
     assert_eq!(request["count"], 8);
-    assert!(request["selectors"][0].as_str().is_some_and(|s| s.contains("120Gi")));
+    assert!(
+        request["selectors"][0]
+            .as_str()
+            .is_some_and(|s| s.contains("120Gi"))
+    );
     assert!(v["explanations"].is_array());
 }
 
@@ -102,5 +133,8 @@ fn invalid_manifests_are_reported_as_validate_reports_them() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/validate/replicas-zero");
     let out = modelplane(&dir, &["schedule", "-f", "input.yaml"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("input.yaml:7: ModelDeployment/qwen: spec.replicas: Invalid value: 0"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .starts_with("input.yaml:7: ModelDeployment/qwen: spec.replicas: Invalid value: 0")
+    );
 }

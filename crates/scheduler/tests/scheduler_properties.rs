@@ -10,17 +10,30 @@ use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
 use modelplane_scheduler::{Cluster, Deployment, ExistingReplica, Options, Schedule, schedule};
 use proptest::prelude::*;
 
+/// (nodes, GPUs per node, GiB per GPU).
+type PoolShape = (i64, i32, u32);
+/// (name, ready, pools).
+type ClusterShape = (String, bool, Vec<PoolShape>);
+/// (copies, gang, GPUs per member, minimum GiB).
+type EngineShape = (u32, bool, i64, u32);
+
 #[derive(Clone, Debug)]
 struct World {
-    clusters: Vec<(String, bool, Vec<(i64, i32, u32)>)>,
-    deployment: (u32, Vec<(u32, bool, i64, u32)>),
+    clusters: Vec<ClusterShape>,
+    deployment: (u32, Vec<EngineShape>),
+    /// (ours, cluster, pool, index).
     replicas: Vec<(bool, usize, usize, i64)>,
 }
 
 fn world() -> impl Strategy<Value = World> {
     let pool = (0i64..5, 1i32..9, prop::sample::select(vec![16u32, 40, 80]));
     let cluster = (any::<bool>(), prop::collection::vec(pool, 1..4));
-    let engine = (1u32..3, any::<bool>(), 1i64..9, prop::sample::select(vec![20u32, 60]));
+    let engine = (
+        1u32..3,
+        any::<bool>(),
+        1i64..9,
+        prop::sample::select(vec![20u32, 60]),
+    );
     (
         prop::collection::vec(cluster, 1..5),
         (1u32..6, prop::collection::vec(engine, 1..3)),
@@ -47,7 +60,11 @@ fn build(w: &World) -> (Deployment, Vec<Cluster>, Vec<ExistingReplica>) {
                     b = b.not_ready();
                 }
                 for (i, (nodes, count, mem)) in pools.iter().enumerate() {
-                    b = b.pool(&format!("p{i}"), *nodes, vec![gpu(*count, &format!("{mem}Gi"))]);
+                    b = b.pool(
+                        &format!("p{i}"),
+                        *nodes,
+                        vec![gpu(*count, &format!("{mem}Gi"))],
+                    );
                 }
                 b
             })
@@ -64,8 +81,16 @@ fn build(w: &World) -> (Deployment, Vec<Cluster>, Vec<ExistingReplica>) {
                 let mem = format!("{mem}Gi");
                 let members = if *gang {
                     vec![
-                        member(Role::Leader, 1, vec![request("gpu", *count, &[&mem_at_least(&mem)])]),
-                        member(Role::Worker, 1, vec![request("gpu", *count, &[&mem_at_least(&mem)])]),
+                        member(
+                            Role::Leader,
+                            1,
+                            vec![request("gpu", *count, &[&mem_at_least(&mem)])],
+                        ),
+                        member(
+                            Role::Worker,
+                            1,
+                            vec![request("gpu", *count, &[&mem_at_least(&mem)])],
+                        ),
                     ]
                 } else {
                     vec![standalone(*count, &mem)]
@@ -82,12 +107,24 @@ fn build(w: &World) -> (Deployment, Vec<Cluster>, Vec<ExistingReplica>) {
             let cluster = format!("c{}", c % w.clusters.len());
             let pool = format!("p{p}");
             let engines: Vec<(String, String)> = if *ours {
-                d.engines.iter().map(|e| (e.name.clone(), pool.clone())).collect()
+                d.engines
+                    .iter()
+                    .map(|e| (e.name.clone(), pool.clone()))
+                    .collect()
             } else {
                 vec![("main".into(), pool.clone())]
             };
-            let refs: Vec<(&str, &str)> = engines.iter().map(|(e, p)| (e.as_str(), p.as_str())).collect();
-            replica(if *ours { "m" } else { "other" }, &format!("r{i}"), &cluster, *index, &refs)
+            let refs: Vec<(&str, &str)> = engines
+                .iter()
+                .map(|(e, p)| (e.as_str(), p.as_str()))
+                .collect();
+            replica(
+                if *ours { "m" } else { "other" },
+                &format!("r{i}"),
+                &cluster,
+                *index,
+                &refs,
+            )
         })
         .collect();
     (d, cs, existing)
@@ -128,7 +165,16 @@ fn as_replicas(d: &Deployment, s: &Schedule) -> Vec<ExistingReplica> {
 }
 
 fn run_opts(d: &Deployment, c: &[Cluster], r: &[ExistingReplica]) -> Option<Schedule> {
-    schedule(d, c, r, Options { fill: true, explain: false }).ok()
+    schedule(
+        d,
+        c,
+        r,
+        Options {
+            fill: true,
+            explain: false,
+        },
+    )
+    .ok()
 }
 
 proptest! {

@@ -646,3 +646,65 @@ fn no_overload(name: &str, target: Option<&Ty>, args: &[Ty]) -> TypeError {
         near_name(name),
     )
 }
+
+/// The runtime cost limit of one selector evaluation in Kubernetes.
+pub const COST_LIMIT: u64 = 1_000_000;
+
+/// Elements a collection the expression does not spell out may have: a
+/// device has at most 32 attributes and capacities, and a string attribute
+/// at most 64 characters (so `split` yields at most 65 parts).
+const COLLECTION_BOUND: u64 = 65;
+
+/// A worst-case estimate of an evaluation's cost: one unit per node, and a
+/// comprehension's body once per element of its range. The `cel` crate
+/// cannot count cost while evaluating, so the limit Kubernetes enforces at
+/// run time is applied to this bound at compile time.
+pub fn estimated_cost(expr: &IdedExpr) -> u64 {
+    cost(expr).0
+}
+
+/// (cost, bound on the number of elements if it is a collection).
+fn cost(e: &IdedExpr) -> (u64, u64) {
+    match &e.expr {
+        Expr::List(l) => {
+            let inner: u64 = l
+                .elements
+                .iter()
+                .map(|x| cost(x).0)
+                .fold(0, u64::saturating_add);
+            (inner.saturating_add(1), l.elements.len() as u64)
+        }
+        Expr::Map(m) => {
+            let mut total = 1u64;
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(me) = &entry.expr {
+                    total = total
+                        .saturating_add(cost(&me.key).0)
+                        .saturating_add(cost(&me.value).0);
+                }
+            }
+            (total, m.entries.len() as u64)
+        }
+        Expr::Comprehension(c) => {
+            let (range_cost, n) = cost(&c.iter_range);
+            let body = cost(&c.loop_cond).0.saturating_add(cost(&c.loop_step).0);
+            let total = range_cost
+                .saturating_add(cost(&c.accu_init).0)
+                .saturating_add(n.saturating_mul(body))
+                .saturating_add(cost(&c.result).0);
+            (total, n)
+        }
+        Expr::Call(call) => {
+            let mut total = 1u64;
+            if let Some(t) = &call.target {
+                total = total.saturating_add(cost(t).0);
+            }
+            for a in &call.args {
+                total = total.saturating_add(cost(a).0);
+            }
+            (total, COLLECTION_BOUND)
+        }
+        Expr::Select(s) => (cost(&s.operand).0.saturating_add(1), COLLECTION_BOUND),
+        _ => (1, COLLECTION_BOUND),
+    }
+}

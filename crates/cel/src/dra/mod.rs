@@ -17,7 +17,9 @@
 //! capacities are Quantity values; a device with a malformed version,
 //! quantity or value-less attribute matches nothing. Not supported (the `cel`
 //! crate lacks them): `cel.bind` and two-variable comprehensions fail to
-//! compile; the runtime cost limit is enforced as a static bound.
+//! compile. Kubernetes stops an evaluation past 1,000,000 cost units; the
+//! `cel` crate cannot count cost, so a selector whose worst-case cost
+//! exceeds that bound is rejected at compile time instead.
 
 mod check;
 pub mod library;
@@ -110,6 +112,17 @@ impl DeviceSelector {
                 }
             })?;
         let ty = check::check(&parsed).map_err(|e| located(text, &e.near, e.message))?;
+        let cost = check::estimated_cost(&parsed);
+        if cost > check::COST_LIMIT {
+            return Err(CompileError {
+                line: 1,
+                column: 1,
+                message: format!(
+                    "estimated cost {cost} exceeds the per-selector limit of {}",
+                    check::COST_LIMIT
+                ),
+            });
+        }
         if !matches!(ty, Ty::Bool | Ty::Dyn) {
             return Err(CompileError {
                 line: 1,
