@@ -18,8 +18,8 @@ use modelplane_api::types::{
 };
 use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
 use modelplane_scheduler::{
-    Cluster, Deployment, DeviceInterner, DeviceMiss, ExistingReplica, Explanation, Hold, Options,
-    Reason, Schedule, schedule,
+    Cluster, Deployment, DeviceInterner, DeviceMiss, DropReason, ExistingReplica, Explanation,
+    Hold, Options, Reason, Schedule, schedule,
 };
 use serde_json::Value;
 
@@ -427,6 +427,27 @@ fn render_table(out: &mut String, d: &Deployment, s: &Schedule, note: Option<&st
     if rows.len() > 1 {
         write_rows(out, &rows);
     }
+    if !s.dropped.is_empty() {
+        let _ = writeln!(out, "  replaced or removed:");
+        let mut rows = vec![
+            ["CLUSTER", "INDEX", "REPLICA", "REASON"]
+                .map(String::from)
+                .to_vec(),
+        ];
+        for d in &s.dropped {
+            rows.push(vec![
+                d.cluster.clone(),
+                d.index.to_string(),
+                if d.replica.is_empty() {
+                    "-".into()
+                } else {
+                    d.replica.clone()
+                },
+                drop_text(d.reason).into(),
+            ]);
+        }
+        write_rows(out, &rows);
+    }
     if explain {
         render_explanations(out, &s.explanations);
     }
@@ -467,6 +488,18 @@ fn write_rows(out: &mut String, rows: &[Vec<String>]) {
             }
         }
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+}
+
+fn drop_text(reason: DropReason) -> &'static str {
+    match reason {
+        DropReason::ClusterNotCandidate => {
+            "cluster is gone or no longer matches the cluster selector"
+        }
+        DropReason::Duplicate => "another replica has the same cluster and index",
+        DropReason::Evicted => "an untolerated NoExecute taint drains the cluster",
+        DropReason::NoLongerFits => "its engines or pinned pools no longer fit the deployment",
+        DropReason::ScaledDown => "scaled down",
     }
 }
 

@@ -7,7 +7,9 @@ use crate::explain;
 use crate::matching::{self, CompiledEngine, Matcher, ResolvedRequest};
 use crate::model::{Cluster, Deployment, ExistingReplica};
 use crate::taints;
-use crate::{EnginePlacement, Hold, MemberPlacement, Options, Placement, Schedule};
+use crate::{
+    DropReason, Dropped, EnginePlacement, Hold, MemberPlacement, Options, Placement, Schedule,
+};
 
 /// How one engine fits one pool, ignoring capacity.
 #[derive(Clone, Debug)]
@@ -264,8 +266,9 @@ pub(crate) fn run(
     let mut sorted: Vec<&ExistingReplica> = replicas.iter().collect();
     sorted.sort_by(|a, b| (&a.name, &a.namespace).cmp(&(&b.name, &b.namespace)));
 
-    let mut placements = retain(&mut pass, &sorted, &by_name);
-    scale_down(&mut placements, deployment.replicas as usize);
+    let mut dropped = Vec::new();
+    let mut placements = retain(&mut pass, &sorted, &by_name, &mut dropped);
+    scale_down(&mut placements, deployment.replicas as usize, &mut dropped);
     let shortfall = (deployment.replicas as usize).saturating_sub(placements.len());
 
     let mut ledger = if (options.fill && shortfall > 0) || options.explain {
@@ -289,6 +292,7 @@ pub(crate) fn run(
         requested: deployment.replicas,
         candidates: candidates.iter().filter(|c| **c).count(),
         placements,
+        dropped,
         explanations,
     })
 }
@@ -298,22 +302,35 @@ fn retain(
     pass: &mut Pass<'_>,
     sorted: &[&ExistingReplica],
     by_name: &HashMap<&str, usize>,
+    dropped: &mut Vec<Dropped>,
 ) -> Vec<Placement> {
     let mut kept: Vec<Placement> = Vec::new();
     let mut identities: HashSet<(String, i64)> = HashSet::new();
     for replica in sorted.iter().filter(|r| is_ours(pass.deployment, r)) {
+        let mut drop = |reason| {
+            dropped.push(Dropped {
+                replica: replica.name.clone(),
+                cluster: replica.cluster.clone(),
+                index: replica.index,
+                reason,
+            })
+        };
         let Some(&ci) = by_name.get(replica.cluster.as_str()) else {
+            drop(DropReason::ClusterNotCandidate);
             continue;
         };
         let identity = (replica.cluster.clone(), replica.index);
         if identities.contains(&identity) {
+            drop(DropReason::Duplicate);
             continue;
         }
         let cluster = &pass.clusters[ci];
         if taints::evicts(&cluster.taints, &pass.deployment.tolerations) {
+            drop(DropReason::Evicted);
             continue;
         }
         let Some(engines) = pass.reresolve(replica, ci) else {
+            drop(DropReason::NoLongerFits);
             continue;
         };
         identities.insert(identity);
@@ -330,7 +347,7 @@ fn retain(
 
 /// §1.7: drop the highest index on the most-loaded cluster (ties: the later
 /// cluster name) until the count fits.
-fn scale_down(placements: &mut Vec<Placement>, replicas: usize) {
+fn scale_down(placements: &mut Vec<Placement>, replicas: usize, dropped: &mut Vec<Dropped>) {
     while placements.len() > replicas {
         let mut load: HashMap<&str, usize> = HashMap::new();
         for p in placements.iter() {
@@ -349,7 +366,13 @@ fn scale_down(placements: &mut Vec<Placement>, replicas: usize) {
             .map(|(i, _)| i);
         match victim {
             Some(i) => {
-                placements.remove(i);
+                let victim = placements.remove(i);
+                dropped.push(Dropped {
+                    replica: String::new(),
+                    cluster: victim.cluster,
+                    index: victim.index,
+                    reason: DropReason::ScaledDown,
+                });
             }
             None => break,
         }

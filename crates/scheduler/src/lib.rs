@@ -73,8 +73,42 @@ pub struct Schedule {
     /// Candidate clusters (matching the selector) that were considered.
     #[serde(skip)]
     pub candidates: usize,
+    /// Existing replicas of this deployment that are not kept.
+    pub dropped: Vec<Dropped>,
     /// Why each cluster and pool not chosen was not chosen.
     pub explanations: Vec<Explanation>,
+}
+
+/// An existing replica of the deployment that is not kept, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Dropped {
+    /// ModelReplica name (empty for a replica dropped by scale-down, which
+    /// may be one of several with that identity).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub replica: String,
+    /// Its cluster.
+    pub cluster: String,
+    /// Its index.
+    pub index: i64,
+    /// Why it goes.
+    pub reason: DropReason,
+}
+
+/// Why an existing replica is not kept (it is deleted, and replaced if the
+/// deployment is short).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DropReason {
+    /// Its cluster is gone or no longer matches the cluster selector.
+    ClusterNotCandidate,
+    /// Another replica with the same cluster and index was kept.
+    Duplicate,
+    /// An untolerated NoExecute taint drains its cluster.
+    Evicted,
+    /// Its engines, members or pinned pools no longer fit the deployment.
+    NoLongerFits,
+    /// More replicas exist than `spec.replicas`.
+    ScaledDown,
 }
 
 /// Why no placement could be computed; the caller keeps what exists.

@@ -525,7 +525,26 @@ fn scale_down_drops_the_highest_index_on_the_most_loaded_later_cluster() {
         places(&run(&one_gpu("m", 3), &c, &existing)),
         ["a/0@p", "a/1@p", "b/0@p"]
     );
-    assert_eq!(places(&run(&one_gpu("m", 1), &c, &existing)), ["a/0@p"]);
+    let s = run(&one_gpu("m", 1), &c, &existing);
+    assert_eq!(places(&s), ["a/0@p"]);
+    let gone: Vec<(String, i64)> = s
+        .dropped
+        .iter()
+        .map(|d| (d.cluster.clone(), d.index))
+        .collect();
+    assert_eq!(
+        gone,
+        [
+            ("b".to_string(), 1),
+            ("b".to_string(), 0),
+            ("a".to_string(), 1)
+        ]
+    );
+    assert!(
+        s.dropped
+            .iter()
+            .all(|d| d.reason == modelplane_scheduler::DropReason::ScaledDown)
+    );
 }
 
 #[test]
