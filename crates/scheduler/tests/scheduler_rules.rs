@@ -532,12 +532,13 @@ fn scale_down_drops_the_highest_index_on_the_most_loaded_later_cluster() {
         .iter()
         .map(|d| (d.cluster.clone(), d.index))
         .collect();
+    // Loads (2, 2) drop b/1; (2, 1) drop a/1; (1, 1) drop b/0.
     assert_eq!(
         gone,
         [
             ("b".to_string(), 1),
-            ("b".to_string(), 0),
-            ("a".to_string(), 1)
+            ("a".to_string(), 1),
+            ("b".to_string(), 0)
         ]
     );
     assert!(
