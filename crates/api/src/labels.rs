@@ -61,3 +61,18 @@ pub const CACHE_MOUNT: &str = "/mnt/models";
 pub const LEADER_ADDRESS_ENV: &str = "MODELPLANE_LEADER_ADDRESS";
 /// Env var: a pod's rank in a multi-node gang (leader 0).
 pub const RANK_ENV: &str = "MODELPLANE_RANK";
+
+/// Pod label KAI reads the queue from.
+pub const KAI_QUEUE_LABEL: &str = "kai.scheduler/queue";
+/// The KAI queue a Dynamo cluster's recipe creates for Modelplane's workloads.
+pub const KAI_QUEUE: &str = "modelplane";
+/// The scheduler every GPU pod of a Dynamo cluster uses.
+pub const KAI_SCHEDULER_NAME: &str = "kai-scheduler";
+/// Address of the ModelExpress server the Dynamo recipe installs on each cluster.
+pub const MODELEXPRESS_ADDRESS: &str = "modelexpress-server.modelexpress.svc.cluster.local:8001";
+/// Env var ModelExpress clients read for the server address.
+pub const MX_SERVER_ADDRESS_ENV: &str = "MX_SERVER_ADDRESS";
+/// The older env var some ModelExpress clients read (it wins when both are set).
+pub const MODEL_EXPRESS_URL_ENV: &str = "MODEL_EXPRESS_URL";
+/// Gateway on each workload cluster that serving routes attach to.
+pub const CLUSTER_GATEWAY_NAME: &str = "inference-gateway";

@@ -122,3 +122,27 @@ mod tests {
         assert!(opaque_name(&"x".repeat(80), &["c", "0"]).len() <= 63);
     }
 }
+
+/// Name of a Grove PodCliqueSet for an engine of a replica: a readable
+/// prefix of at most 22 characters and a hash, so the set, its scaling group
+/// (`g`) and its longest clique (`leader`) stay within Grove's 45-character
+/// limit.
+pub fn pod_clique_set_name(replica: &str, engine: &str) -> String {
+    let visible = format!("{replica}-{engine}");
+    let cut = visible.char_indices().nth(22).map_or(visible.len(), |(i, _)| i);
+    // `/` cannot occur in either name, so distinct pairs hash apart.
+    let identity = format!("{replica}/{engine}");
+    format!("{}-{}", visible[..cut].trim_end_matches('-'), short_hash(&identity))
+}
+
+#[cfg(test)]
+mod grove_tests {
+    use super::*;
+
+    #[test]
+    fn pod_clique_set_names_leave_room_for_group_and_clique() {
+        let long = pod_clique_set_name(&"r".repeat(63), &"e".repeat(63));
+        assert!(long.len() + "g".len() + "leader".len() <= 45, "{long}");
+        assert_ne!(pod_clique_set_name("a", "b-c"), pod_clique_set_name("a-b", "c"));
+    }
+}

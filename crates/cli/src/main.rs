@@ -2,7 +2,9 @@
 //! this file only parses arguments and maps outcomes to exit codes.
 
 mod crds;
+mod fleet;
 mod inputs;
+mod render;
 mod schedule;
 mod validate;
 
@@ -34,6 +36,8 @@ enum Command {
     Validate(validate::ValidateArgs),
     /// Show where the scheduler would place a deployment's replicas, and why not elsewhere.
     Schedule(schedule::ScheduleArgs),
+    /// Print every object the controllers would create for a fleet and its models.
+    Render(render::RenderArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Crds(args) => report(crds::run(&args)),
+        Command::Render(args) => match render::run(&args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
         Command::Schedule(args) => match schedule::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

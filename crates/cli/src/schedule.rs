@@ -7,23 +7,18 @@
 //! classes, and count as Ready with a placeholder gateway unless their status
 //! says otherwise) → `schedule()` per deployment → a table or JSON.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Args, ValueEnum};
-use modelplane_api::names;
-use modelplane_api::types::{
-    InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
-};
-use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
+use modelplane_api::types::ModelDeployment;
 use modelplane_scheduler::{
     Cluster, Deployment, DeviceInterner, DeviceMiss, DropReason, ExistingReplica, Explanation,
     Hold, Options, Reason, Schedule, schedule,
 };
 use serde_json::Value;
 
-use crate::validate::{check_paths, print_problems};
+use crate::fleet::{Fleet, as_replica, cluster_view, deployment_view, key, load};
 
 /// Output format of `schedule`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -66,128 +61,12 @@ pub struct ScheduleArgs {
     output: Format,
 }
 
-/// Placeholder gateway of a cluster that has no status yet.
-fn placeholder_gateway(cluster: &str) -> String {
-    format!("{cluster}.gateway.invalid")
-}
-
-/// The typed objects of the inputs.
-#[derive(Default)]
-struct Fleet {
-    clusters: Vec<InferenceCluster>,
-    classes: Vec<InferenceClass>,
-    caches: Vec<ModelCache>,
-    replicas: Vec<ModelReplica>,
-    deployments: Vec<ModelDeployment>,
-}
-
-fn typed<T: serde::de::DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
-    serde_json::from_value(value.clone()).context("an admitted object does not fit its type")
-}
-
-fn fleet(objects: &[Value]) -> anyhow::Result<Fleet> {
-    let mut fleet = Fleet::default();
-    for object in objects {
-        match object["kind"].as_str().unwrap_or_default() {
-            "InferenceCluster" => fleet.clusters.push(typed(object)?),
-            "InferenceClass" => fleet.classes.push(typed(object)?),
-            "ModelCache" => fleet.caches.push(typed(object)?),
-            "ModelReplica" => fleet.replicas.push(typed(object)?),
-            "ModelDeployment" => fleet.deployments.push(typed(object)?),
-            _ => {}
-        }
-    }
-    Ok(fleet)
-}
-
-/// The scheduler's view of a cluster, deriving what a fresh one lacks.
-fn cluster_view(
-    cluster: &InferenceCluster,
-    classes: &[InferenceClass],
-    interner: &mut DeviceInterner,
-) -> Cluster {
-    let mut cluster = cluster.clone();
-    let name = cluster.metadata.name.clone().unwrap_or_default();
-    let mut status = cluster.status.clone().unwrap_or_default();
-    if status.gpu_pools.is_none() {
-        status.gpu_pools = Some(cluster.spec.gpu_pools(classes));
-    }
-    if status.conditions.is_none() {
-        status.conditions = Some(vec![modelplane_api::types::Condition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..Default::default()
-        }]);
-    }
-    if status
-        .gateway
-        .as_ref()
-        .and_then(|g| g.address.as_ref())
-        .is_none()
-    {
-        status.gateway = Some(modelplane_api::types::GatewayAddress {
-            address: Some(placeholder_gateway(&name)),
-        });
-    }
-    cluster.status = Some(status);
-    Cluster::from_resource(&cluster, interner)
-}
-
-fn key(namespace: &Option<String>, name: &Option<String>) -> String {
-    format!(
-        "{}/{}",
-        namespace.as_deref().unwrap_or("default"),
-        name.as_deref().unwrap_or_default()
-    )
-}
-
-/// A placement as the ModelReplica the controller would create.
-fn as_replica(d: &Deployment, s: &Schedule) -> Vec<ExistingReplica> {
-    s.placements
-        .iter()
-        .map(|p| ExistingReplica {
-            namespace: d.namespace.clone(),
-            name: names::replica_name(&d.name, &p.cluster, u32::try_from(p.index).unwrap_or(0)),
-            deployment: Some(d.name.clone()),
-            index: p.index,
-            cluster: p.cluster.clone(),
-            engines: p
-                .engines
-                .iter()
-                .zip(&d.engines)
-                .map(|(e, spec)| ReplicaEngine {
-                    name: e.name.clone(),
-                    copies: spec.copies,
-                    members: e
-                        .members
-                        .iter()
-                        .zip(&spec.members)
-                        .map(|(m, ms)| ReplicaMember {
-                            role: m.role,
-                            pods: ms.pods,
-                            pool: m.pool.clone(),
-                            claims: !m.device_requests.is_empty(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect()
-}
-
 /// Runs `schedule`; returns the exit code.
 pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
-    let reports = check_paths(&args.paths, &[])?;
-    if reports.iter().any(|r| r.failed()) {
-        print_problems(&reports, false);
-        return Ok(if reports.iter().any(|r| r.unreadable()) {
-            2
-        } else {
-            1
-        });
-    }
-    let objects: Vec<Value> = reports.iter().filter_map(|r| r.object.clone()).collect();
-    let fleet = fleet(&objects)?;
+    let fleet: Fleet = match load(&args.paths)? {
+        Ok(fleet) => fleet,
+        Err(code) => return Ok(code),
+    };
 
     let mut deployments: Vec<&ModelDeployment> = fleet.deployments.iter().collect();
     deployments.sort_by_key(|d| key(&d.metadata.namespace, &d.metadata.name));
@@ -264,39 +143,6 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
     }
     print!("{out}");
     Ok(code)
-}
-
-/// The scheduler's deployment, whether it may place new replicas, and a note.
-fn deployment_view(
-    md: &ModelDeployment,
-    caches: &[ModelCache],
-) -> (Deployment, bool, Option<String>) {
-    let Some(cache_ref) = &md.spec.template.spec.model_cache_ref else {
-        return (Deployment::from_resource(md, None), true, None);
-    };
-    let cache = caches.iter().find(|c| {
-        c.metadata.name.as_deref() == Some(cache_ref.name.as_str())
-            && c.metadata.namespace == md.metadata.namespace
-    });
-    match cache {
-        Some(cache) => {
-            let selector: Option<BTreeMap<String, String>> = cache
-                .spec
-                .cluster_selector
-                .as_ref()
-                .and_then(|s| s.match_labels.clone())
-                .filter(|m| !m.is_empty());
-            (Deployment::from_resource(md, selector.as_ref()), true, None)
-        }
-        None => (
-            Deployment::from_resource(md, None),
-            false,
-            Some(format!(
-                "ModelCache {} is not in the inputs: new replicas are held until it exists",
-                cache_ref.name
-            )),
-        ),
-    }
 }
 
 fn hold_json(hold: &Hold) -> Value {
@@ -531,7 +377,7 @@ fn one_line(text: &str) -> String {
 }
 
 /// A reason in words.
-fn reason_text(reason: &Reason) -> String {
+pub fn reason_text(reason: &Reason) -> String {
     match reason {
         Reason::SelectorMismatch { label, want, have } => match have {
             Some(have) => {

@@ -1,0 +1,175 @@
+//! The fleet a command reads from manifests: admitted exactly as `validate`
+//! admits them, then typed, with the scheduler's view of each cluster.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context;
+use modelplane_api::names;
+use modelplane_api::types::{
+    InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
+};
+use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
+use modelplane_scheduler::{Cluster, Deployment, DeviceInterner, ExistingReplica, Schedule};
+use serde_json::Value;
+
+use crate::validate::{check_paths, print_problems};
+
+/// Placeholder gateway of a cluster that has no status yet.
+pub fn placeholder_gateway(cluster: &str) -> String {
+    format!("{cluster}.gateway.invalid")
+}
+
+/// The typed objects of the inputs.
+#[derive(Default)]
+pub struct Fleet {
+    /// InferenceClusters.
+    pub clusters: Vec<InferenceCluster>,
+    /// InferenceClasses.
+    pub classes: Vec<InferenceClass>,
+    /// ModelCaches.
+    pub caches: Vec<ModelCache>,
+    /// ModelReplicas.
+    pub replicas: Vec<ModelReplica>,
+    /// ModelDeployments.
+    pub deployments: Vec<ModelDeployment>,
+}
+
+fn typed<T: serde::de::DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
+    serde_json::from_value(value.clone()).context("an admitted object does not fit its type")
+}
+
+fn fleet(objects: &[Value]) -> anyhow::Result<Fleet> {
+    let mut fleet = Fleet::default();
+    for object in objects {
+        match object["kind"].as_str().unwrap_or_default() {
+            "InferenceCluster" => fleet.clusters.push(typed(object)?),
+            "InferenceClass" => fleet.classes.push(typed(object)?),
+            "ModelCache" => fleet.caches.push(typed(object)?),
+            "ModelReplica" => fleet.replicas.push(typed(object)?),
+            "ModelDeployment" => fleet.deployments.push(typed(object)?),
+            _ => {}
+        }
+    }
+    Ok(fleet)
+}
+
+/// The scheduler's view of a cluster, deriving what a fresh one lacks.
+pub fn cluster_view(
+    cluster: &InferenceCluster,
+    classes: &[InferenceClass],
+    interner: &mut DeviceInterner,
+) -> Cluster {
+    let mut cluster = cluster.clone();
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let mut status = cluster.status.clone().unwrap_or_default();
+    if status.gpu_pools.is_none() {
+        status.gpu_pools = Some(cluster.spec.gpu_pools(classes));
+    }
+    if status.conditions.is_none() {
+        status.conditions = Some(vec![modelplane_api::types::Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]);
+    }
+    if status
+        .gateway
+        .as_ref()
+        .and_then(|g| g.address.as_ref())
+        .is_none()
+    {
+        status.gateway = Some(modelplane_api::types::GatewayAddress {
+            address: Some(placeholder_gateway(&name)),
+        });
+    }
+    cluster.status = Some(status);
+    Cluster::from_resource(&cluster, interner)
+}
+
+pub fn key(namespace: &Option<String>, name: &Option<String>) -> String {
+    format!(
+        "{}/{}",
+        namespace.as_deref().unwrap_or("default"),
+        name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A placement as the ModelReplica the controller would create.
+pub fn as_replica(d: &Deployment, s: &Schedule) -> Vec<ExistingReplica> {
+    s.placements
+        .iter()
+        .map(|p| ExistingReplica {
+            namespace: d.namespace.clone(),
+            name: names::replica_name(&d.name, &p.cluster, u32::try_from(p.index).unwrap_or(0)),
+            deployment: Some(d.name.clone()),
+            index: p.index,
+            cluster: p.cluster.clone(),
+            engines: p
+                .engines
+                .iter()
+                .zip(&d.engines)
+                .map(|(e, spec)| ReplicaEngine {
+                    name: e.name.clone(),
+                    copies: spec.copies,
+                    members: e
+                        .members
+                        .iter()
+                        .zip(&spec.members)
+                        .map(|(m, ms)| ReplicaMember {
+                            role: m.role,
+                            pods: ms.pods,
+                            pool: m.pool.clone(),
+                            claims: !m.device_requests.is_empty(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The scheduler's deployment, whether it may place new replicas, and a note.
+pub fn deployment_view(
+    md: &ModelDeployment,
+    caches: &[ModelCache],
+) -> (Deployment, bool, Option<String>) {
+    let Some(cache_ref) = &md.spec.template.spec.model_cache_ref else {
+        return (Deployment::from_resource(md, None), true, None);
+    };
+    let cache = caches.iter().find(|c| {
+        c.metadata.name.as_deref() == Some(cache_ref.name.as_str())
+            && c.metadata.namespace == md.metadata.namespace
+    });
+    match cache {
+        Some(cache) => {
+            let selector: Option<BTreeMap<String, String>> = cache
+                .spec
+                .cluster_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone())
+                .filter(|m| !m.is_empty());
+            (Deployment::from_resource(md, selector.as_ref()), true, None)
+        }
+        None => (
+            Deployment::from_resource(md, None),
+            false,
+            Some(format!(
+                "ModelCache {} is not in the inputs: new replicas are held until it exists",
+                cache_ref.name
+            )),
+        ),
+    }
+}
+
+
+/// Reads and admits the manifests of `paths`; on invalid input prints the
+/// problems as `validate` does and returns the exit code instead.
+pub fn load(paths: &[String]) -> anyhow::Result<Result<Fleet, u8>> {
+    let reports = check_paths(paths, &[])?;
+    if reports.iter().any(|r| r.failed()) {
+        print_problems(&reports, false);
+        return Ok(Err(if reports.iter().any(|r| r.unreadable()) { 2 } else { 1 }));
+    }
+    let objects: Vec<Value> = reports.iter().filter_map(|r| r.object.clone()).collect();
+    fleet(&objects).map(Ok)
+}

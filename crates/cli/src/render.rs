@@ -1,0 +1,243 @@
+//! `modelplane render`: every object the controllers would create for a
+//! fleet and its deployments on a first pass, like `helm template`.
+//!
+//! Data flow: manifests → fleet (as `schedule` reads it; every cluster Ready)
+//! → `compose_model_deployment` per deployment (each seeing the replicas of
+//! those before it) → `compose_model_replica` per composed ModelReplica on
+//! its cluster's stack → objects grouped by target.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use modelplane_api::types::{InferenceCluster, ModelDeployment, ModelReplica};
+use modelplane_compose::{
+    CacheLookup, DeploymentInputs, Desired, ReplicaInputs, Target, compose_model_deployment,
+    compose_model_replica,
+};
+use modelplane_scheduler::{Cluster, DeviceInterner, ExistingReplica, Options, schedule};
+use serde_json::{Value, json};
+
+use crate::fleet::{Fleet, cluster_view, deployment_view, key, load};
+
+/// Output format of `render`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Multi-document YAML, grouped by target, with a summary per deployment.
+    #[default]
+    Yaml,
+    /// One JSON object: summaries, control-plane objects, objects per cluster.
+    Json,
+}
+
+/// Arguments of `modelplane render`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Reads InferenceClusters (their spec.stack decides how engines run), InferenceClasses, \
+ModelCaches, existing ModelReplicas and ModelDeployments, and prints what the \
+controllers would create on a first pass with every cluster Ready: ModelReplicas on the \
+control plane; on each cluster the engine workloads (Deployment or LeaderWorkerSet on \
+Standard, Grove PodCliqueSet on Dynamo), ResourceClaimTemplates, the InferencePool, \
+HTTPRoute and endpoint picker. ModelEndpoints appear once replicas are Ready, so not on \
+a first pass.
+
+Examples:
+  modelplane render -f examples/
+  modelplane render -f examples/ --cluster us-west | kubectl apply --dry-run=client -f -")]
+pub struct RenderArgs {
+    /// Manifest files or directories; `-` reads standard input.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", num_args = 1.., required = true)]
+    paths: Vec<String>,
+    /// Only the objects that go to this InferenceCluster.
+    #[arg(long, value_name = "NAME")]
+    cluster: Option<String>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value_t = Format::Yaml)]
+    output: Format,
+}
+
+/// What one deployment became.
+struct Summary {
+    line: String,
+    explanations: Vec<String>,
+}
+
+/// Runs `render`; returns the exit code.
+pub fn run(args: &RenderArgs) -> anyhow::Result<u8> {
+    let fleet: Fleet = match load(&args.paths)? {
+        Ok(fleet) => fleet,
+        Err(code) => return Ok(code),
+    };
+    if let Some(name) = &args.cluster
+        && !fleet.clusters.iter().any(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+    {
+        bail!("no InferenceCluster {name} in the inputs");
+    }
+    let rendered = render(&fleet)?;
+    let keep = |d: &Desired| match (&args.cluster, &d.target) {
+        (None, _) => true,
+        (Some(name), Target::Cluster(c)) => c == name,
+        (Some(_), Target::ControlPlane) => false,
+    };
+    let objects: Vec<&Desired> = rendered.objects.iter().filter(|d| keep(d)).collect();
+    match args.output {
+        Format::Yaml => print!("{}", yaml(&rendered.summaries, &objects)?),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&as_json(&rendered.summaries, &objects))?),
+    }
+    Ok(if rendered.held { 1 } else { 0 })
+}
+
+struct Rendered {
+    summaries: Vec<Summary>,
+    objects: Vec<Desired>,
+    held: bool,
+}
+
+fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
+    let mut interner = DeviceInterner::default();
+    let views: Vec<Cluster> = fleet
+        .clusters
+        .iter()
+        .map(|c| cluster_view(c, &fleet.classes, &mut interner))
+        .collect();
+    let by_name: BTreeMap<&str, &InferenceCluster> = fleet
+        .clusters
+        .iter()
+        .map(|c| (c.metadata.name.as_deref().unwrap_or_default(), c))
+        .collect();
+    let mut replicas: Vec<ExistingReplica> = fleet.replicas.iter().map(ExistingReplica::from_resource).collect();
+    let mut deployments: Vec<&ModelDeployment> = fleet.deployments.iter().collect();
+    deployments.sort_by_key(|d| key(&d.metadata.namespace, &d.metadata.name));
+
+    let mut out = Rendered {
+        summaries: Vec::new(),
+        objects: Vec::new(),
+        held: false,
+    };
+    let ready = Default::default();
+    let no_workloads = BTreeMap::new();
+    for md in deployments {
+        let (deployment, _, note) = deployment_view(md, &fleet.caches);
+        let cache = match &md.spec.template.spec.model_cache_ref {
+            None => CacheLookup::NotReferenced,
+            Some(r) => fleet
+                .caches
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(r.name.as_str()) && c.metadata.namespace == md.metadata.namespace)
+                .map_or(CacheLookup::Absent, CacheLookup::Present),
+        };
+        let composition = compose_model_deployment(DeploymentInputs {
+            deployment: md,
+            cache,
+            clusters: Some(&views),
+            replicas: &replicas,
+            ready: &ready,
+        });
+        let title = key(&md.metadata.namespace, &md.metadata.name);
+        let mut summary = Summary {
+            line: String::new(),
+            explanations: Vec::new(),
+        };
+        if composition.hold {
+            out.held = true;
+            let why: Vec<String> = composition.conditions.iter().map(|c| format!("{}: {}", c.reason, c.message)).collect();
+            summary.line = format!("{title}: held ({})", why.join("; "));
+            out.summaries.push(summary);
+            continue;
+        }
+        let mut placed = Vec::new();
+        for desired in &composition.desired {
+            if desired.kind() != "ModelReplica" {
+                continue;
+            }
+            let replica: ModelReplica = serde_json::from_value(desired.object.clone()).context("a composed ModelReplica does not fit its type")?;
+            let cluster = by_name.get(replica.spec.cluster_name.as_str()).copied();
+            let stack = cluster.map(|c| format!("{:?}", c.spec.stack())).unwrap_or_default();
+            placed.push(format!("{} ({stack})", replica.spec.cluster_name));
+            let on_cluster = compose_model_replica(ReplicaInputs {
+                replica: &replica,
+                cluster,
+                observed: &no_workloads,
+            });
+            out.objects.extend(on_cluster.desired);
+        }
+        let requested = md.spec.replicas;
+        summary.line = format!(
+            "{title}: {} of {requested} replicas placed{}",
+            placed.len(),
+            if placed.is_empty() { String::new() } else { format!(" on {}", placed.join(", ")) }
+        );
+        if let Some(note) = note {
+            summary.explanations.push(note);
+        }
+        if placed.len() < usize::try_from(requested).unwrap_or(0)
+            && let Ok(s) = schedule(&deployment, &views, &replicas, Options { fill: true, explain: true })
+        {
+            summary.explanations.extend(s.explanations.iter().map(|e| {
+                let mut at = e.cluster.clone();
+                if let Some(pool) = &e.pool {
+                    let _ = write!(at, "/{pool}");
+                }
+                format!("{at}: {}", crate::schedule::reason_text(&e.reason))
+            }));
+        }
+        let own = |r: &ExistingReplica| r.deployment.as_deref() == Some(deployment.name.as_str()) && r.namespace == deployment.namespace;
+        replicas.retain(|r| !own(r));
+        for desired in &composition.desired {
+            if desired.kind() == "ModelReplica"
+                && let Ok(replica) = serde_json::from_value::<ModelReplica>(desired.object.clone())
+            {
+                replicas.push(ExistingReplica::from_resource(&replica));
+            }
+        }
+        out.objects.extend(composition.desired);
+        out.summaries.push(summary);
+    }
+    // Control plane first, then clusters by name; composition order within each.
+    out.objects.sort_by(|a, b| a.target.cmp(&b.target));
+    Ok(out)
+}
+
+fn yaml(summaries: &[Summary], objects: &[&Desired]) -> anyhow::Result<String> {
+    let mut text = String::new();
+    for s in summaries {
+        let _ = writeln!(text, "# {}", s.line);
+        for e in &s.explanations {
+            let _ = writeln!(text, "#   {e}");
+        }
+    }
+    let mut current: Option<&Target> = None;
+    for d in objects {
+        if current != Some(&d.target) {
+            let _ = writeln!(
+                text,
+                "# ---- {}",
+                match &d.target {
+                    Target::ControlPlane => "control plane".to_string(),
+                    Target::Cluster(name) => format!("cluster {name}"),
+                }
+            );
+            current = Some(&d.target);
+        }
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(&d.object).context("serializing an object to YAML")?);
+    }
+    Ok(text)
+}
+
+fn as_json(summaries: &[Summary], objects: &[&Desired]) -> Value {
+    let mut control_plane = Vec::new();
+    let mut clusters: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for d in objects {
+        match &d.target {
+            Target::ControlPlane => control_plane.push(d.object.clone()),
+            Target::Cluster(name) => clusters.entry(name.clone()).or_default().push(d.object.clone()),
+        }
+    }
+    json!({
+        "summaries": summaries.iter().map(|s| json!({ "summary": s.line, "notes": s.explanations })).collect::<Vec<_>>(),
+        "controlPlane": control_plane,
+        "clusters": clusters,
+    })
+}

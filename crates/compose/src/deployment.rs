@@ -1,0 +1,291 @@
+//! ModelDeployment → ModelReplicas (one per placement) and ModelEndpoints
+//! (one per Ready replica on a cluster with a gateway), with the status,
+//! conditions and events of `behavior.md` §4 — holding instead of emptying
+//! (DECISIONS §B H2).
+//!
+//! Data flow: the cache lookup decides whether new replicas may be placed and
+//! narrows the cluster selector; the scheduler places; each placement becomes
+//! a ModelReplica carrying the scheduler's decisions; replicas the caller
+//! reports Ready get a ModelEndpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use modelplane_api::labels;
+use modelplane_api::names;
+use modelplane_api::types::{DeploymentMember, ModelCache, ModelDeployment};
+use modelplane_scheduler::{Cluster, Deployment, ExistingReplica, Hold, Options, Placement, schedule};
+use serde_json::{Map, Value, json};
+
+use crate::{Composition, Condition, Desired, Event, EventType, ReadinessRule, Target};
+
+/// What is known of the ModelCache a deployment references.
+#[derive(Clone, Copy, Debug)]
+pub enum CacheLookup<'a> {
+    /// The deployment references no cache.
+    NotReferenced,
+    /// Not looked up yet.
+    Unresolved,
+    /// Looked up and not found.
+    Absent,
+    /// Found.
+    Present(&'a ModelCache),
+}
+
+/// What composing a ModelDeployment reads.
+#[derive(Clone, Copy, Debug)]
+pub struct DeploymentInputs<'a> {
+    /// The deployment.
+    pub deployment: &'a ModelDeployment,
+    /// Its ModelCache.
+    pub cache: CacheLookup<'a>,
+    /// Every InferenceCluster, as the scheduler sees them; `None` when the
+    /// list could not be read.
+    pub clusters: Option<&'a [Cluster]>,
+    /// Every ModelReplica of every deployment, as the scheduler sees them.
+    pub replicas: &'a [ExistingReplica],
+    /// Names of this deployment's ModelReplicas (in its namespace) that are Ready.
+    pub ready: &'a BTreeSet<String>,
+}
+
+fn warning(reason: &str, message: impl Into<String>) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: reason.into(),
+        message: message.into(),
+    }
+}
+
+/// Composes a ModelDeployment.
+pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
+    let md = inputs.deployment;
+    let mut out = Composition::default();
+    let cache_ref = md.spec.template.spec.model_cache_ref.as_ref().map(|c| c.name.clone());
+    let (fill, cache_selector) = match (inputs.cache, &cache_ref) {
+        (CacheLookup::NotReferenced, _) | (_, None) => (true, None),
+        (CacheLookup::Unresolved, Some(name)) => {
+            out.conditions.push(Condition::new(
+                "ModelCacheResolved",
+                false,
+                "ModelCacheUnresolved",
+                format!("Waiting for ModelCache {name}"),
+            ));
+            (false, None)
+        }
+        (CacheLookup::Absent, Some(name)) => {
+            let message = format!("ModelCache {name} not found; holding replica placement");
+            out.conditions.push(Condition::new("ModelCacheResolved", false, "ModelCacheNotFound", message.clone()));
+            out.events.push(warning("ModelCacheNotFound", message));
+            (false, None)
+        }
+        (CacheLookup::Present(cache), Some(_)) => {
+            out.conditions.push(Condition::new("ModelCacheResolved", true, "ModelCacheResolved", ""));
+            let selector = cache
+                .spec
+                .cluster_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.clone())
+                .filter(|m| !m.is_empty());
+            (true, selector)
+        }
+    };
+    let deployment = Deployment::from_resource(md, cache_selector.as_ref());
+
+    let Some(clusters) = inputs.clusters else {
+        return hold_no_clusters(out);
+    };
+    let result = schedule(
+        &deployment,
+        clusters,
+        inputs.replicas,
+        Options { fill, explain: false },
+    );
+    let placed = match result {
+        Ok(s) => s,
+        Err(Hold::NoClusters { .. }) => return hold_no_clusters(out),
+        Err(Hold::InvalidSelector(e)) => {
+            let message = format!("Invalid nodeSelector CEL expression: {e}");
+            out.conditions.push(Condition::new("ReplicasScheduled", false, "InvalidNodeSelector", message.clone()));
+            out.events.push(warning("InvalidNodeSelector", message));
+            out.hold = true;
+            return out;
+        }
+    };
+
+    let namespace = deployment.namespace.clone();
+    let existing: BTreeSet<&str> = inputs
+        .replicas
+        .iter()
+        .filter(|r| r.namespace == namespace && r.deployment.as_deref() == Some(deployment.name.as_str()))
+        .map(|r| r.name.as_str())
+        .collect();
+    let gateways: BTreeMap<&str, &str> = clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.gateway_address.as_str()))
+        .collect();
+
+    let mut observed_any = false;
+    let mut ready = 0usize;
+    for placement in &placed.placements {
+        let name = names::replica_name(&deployment.name, &placement.cluster, u32::try_from(placement.index).unwrap_or(0));
+        let replica_labels = replica_labels(md, &placement.cluster, placement.index);
+        observed_any |= existing.contains(name.as_str());
+        out.desired.push(Desired {
+            target: Target::ControlPlane,
+            object: model_replica(md, &name, &replica_labels, placement),
+            ready_when: ReadinessRule::ConditionTrue("Ready".into()),
+        });
+        let is_ready = inputs.ready.contains(&name);
+        if is_ready {
+            ready += 1;
+        }
+        let gateway = gateways.get(placement.cluster.as_str()).copied().unwrap_or_default();
+        if is_ready && !gateway.is_empty() {
+            out.desired.push(Desired {
+                target: Target::ControlPlane,
+                object: json!({
+                    "apiVersion": "modelplane.ai/v1alpha1",
+                    "kind": "ModelEndpoint",
+                    "metadata": { "name": name, "namespace": namespace, "labels": replica_labels },
+                    "spec": {
+                        "url": format!("http://{gateway}/{namespace}/{name}/v1"),
+                        "rewritePath": format!("/{namespace}/{name}/"),
+                    },
+                }),
+                ready_when: ReadinessRule::Created,
+            });
+        }
+    }
+
+    let total = placed.placements.len();
+    let requested = md.spec.replicas;
+    if total > 0 && !observed_any {
+        let clusters: BTreeSet<&str> = placed.placements.iter().map(|p| p.cluster.as_str()).collect();
+        out.events.push(Event {
+            type_: EventType::Normal,
+            reason: "Scheduled".into(),
+            message: format!(
+                "Scheduled {total} replicas across {} clusters: {}",
+                clusters.len(),
+                clusters.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        });
+    }
+    out.status = Some(json!({ "replicas": { "total": total, "ready": ready } }));
+    out.conditions.push(if total == 0 {
+        Condition::new(
+            "ReplicasScheduled",
+            false,
+            "InsufficientCapacity",
+            format!("0 of {requested} replicas scheduled (checked {} clusters)", placed.candidates),
+        )
+    } else if observed_any {
+        Condition::new("ReplicasScheduled", true, "ReplicasCreated", format!("Scheduled {total} of {requested} replicas"))
+    } else {
+        Condition::new("ReplicasScheduled", false, "Scheduling", "")
+    });
+    out.conditions.push(if total == 0 {
+        Condition::new("ReplicasReady", false, "NoReplicasScheduled", "")
+    } else if ready == total {
+        Condition::new("ReplicasReady", true, "AllReplicasReady", format!("{ready} of {total} ready"))
+    } else {
+        Condition::new("ReplicasReady", false, "ModelStarting", format!("{ready} of {total} ready"))
+    });
+    out
+}
+
+/// No cluster to place on, or the list could not be read: keep everything.
+fn hold_no_clusters(mut out: Composition) -> Composition {
+    out.conditions.push(Condition::new("ReplicasScheduled", false, "NoClusters", "No InferenceClusters found"));
+    out.events.push(warning("NoClusters", "No InferenceClusters found"));
+    out.hold = true;
+    out
+}
+
+/// Template labels, then the managed ones (which win).
+fn replica_labels(md: &ModelDeployment, cluster: &str, index: i64) -> Map<String, Value> {
+    let mut labels_map: Map<String, Value> = md
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    labels_map.insert(labels::DEPLOYMENT.into(), json!(md.metadata.name.clone().unwrap_or_default()));
+    labels_map.insert(labels::CLUSTER.into(), json!(cluster));
+    labels_map.insert(labels::REPLICA_INDEX.into(), json!(index.to_string()));
+    labels_map
+}
+
+/// The ModelReplica of one placement (`behavior.md` §4.3).
+fn model_replica(md: &ModelDeployment, name: &str, labels: &Map<String, Value>, placement: &Placement) -> Value {
+    let spec = &md.spec.template.spec;
+    let mut replica_spec = Map::new();
+    replica_spec.insert("clusterName".into(), json!(placement.cluster));
+    if let Some(cache) = &spec.model_cache_ref {
+        replica_spec.insert("modelCacheRef".into(), json!({ "name": cache.name }));
+    }
+    if let Some(serving) = &spec.serving {
+        replica_spec.insert("serving".into(), serde_json::to_value(serving).unwrap_or_default());
+    }
+    let engines: Vec<Value> = placement
+        .engines
+        .iter()
+        .filter_map(|placed| {
+            let engine = spec.engines.iter().find(|e| e.name == placed.name)?;
+            let mut e = Map::new();
+            e.insert("name".into(), json!(engine.name));
+            e.insert("copies".into(), json!(engine.copies()));
+            if let Some(phase) = engine.phase {
+                e.insert("phase".into(), serde_json::to_value(phase).unwrap_or_default());
+            }
+            let members: Vec<Value> = engine
+                .members
+                .iter()
+                .zip(&placed.members)
+                .map(|(member, at)| replica_member(member, at))
+                .collect();
+            e.insert("members".into(), json!(members));
+            Some(Value::Object(e))
+        })
+        .collect();
+    replica_spec.insert("engines".into(), json!(engines));
+    json!({
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": name,
+            "namespace": md.metadata.namespace.clone().unwrap_or_default(),
+            "labels": labels,
+        },
+        "spec": replica_spec,
+    })
+}
+
+fn replica_member(member: &DeploymentMember, at: &modelplane_scheduler::MemberPlacement) -> Value {
+    let mut m = Map::new();
+    m.insert("role".into(), serde_json::to_value(member.role()).unwrap_or_default());
+    m.insert("nodePoolName".into(), json!(at.pool));
+    if !at.device_requests.is_empty() {
+        let requests: Vec<Value> = at
+            .device_requests
+            .iter()
+            .map(|r| {
+                json!({
+                    "name": r.name,
+                    "deviceClassName": r.device_class_name,
+                    "count": r.count,
+                    "selectors": r.selectors.iter().map(|s| json!({ "cel": s })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        m.insert("deviceRequests".into(), json!(requests));
+    }
+    if let Some(worker) = &member.worker {
+        m.insert("worker".into(), json!({ "nodes": worker.nodes }));
+    }
+    m.insert("template".into(), serde_json::to_value(&member.template).unwrap_or_default());
+    Value::Object(m)
+}

@@ -1,0 +1,128 @@
+//! Desired state: pure functions from observed objects to the objects
+//! Modelplane wants to exist.
+//!
+//! Data flow: a controller (or `modelplane render`) gathers what one object's
+//! composition reads, calls `compose_<kind>`, and gets a [`Composition`]:
+//! every desired object with where it goes ([`Target`]) and when it counts as
+//! ready ([`ReadinessRule`]), the status, conditions and events to publish,
+//! and whether to [`hold`](Composition::hold) — keep every existing child
+//! because the desired state could not be computed. Nothing here does I/O,
+//! reads a clock or draws random numbers: the same inputs give the same
+//! objects, byte for byte.
+#![warn(missing_docs)]
+
+pub mod deployment;
+pub mod replica;
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use deployment::{CacheLookup, DeploymentInputs, compose_model_deployment};
+pub use replica::{ReplicaInputs, compose_model_replica};
+
+/// Where a desired object is applied.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(tag = "target", content = "cluster")]
+pub enum Target {
+    /// The control plane (Modelplane's own API server or control cluster).
+    ControlPlane,
+    /// The workload cluster of that InferenceCluster, through its kubeconfig.
+    Cluster(String),
+}
+
+/// When a desired object counts as ready.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum ReadinessRule {
+    /// As soon as it exists.
+    Created,
+    /// When `status.conditions` has this type with status `True`.
+    ConditionTrue(String),
+    /// When `status.availableReplicas` reaches `spec.replicas` (Grove).
+    ReplicasAvailable,
+}
+
+/// One object Modelplane wants to exist.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Desired {
+    /// Where it goes.
+    pub target: Target,
+    /// The full manifest: apiVersion, kind, metadata (name, namespace), spec.
+    pub object: Value,
+    /// When it is ready.
+    pub ready_when: ReadinessRule,
+}
+
+impl Desired {
+    /// `kind` of the object.
+    pub fn kind(&self) -> &str {
+        self.object["kind"].as_str().unwrap_or_default()
+    }
+
+    /// `metadata.name` of the object.
+    pub fn name(&self) -> &str {
+        self.object["metadata"]["name"].as_str().unwrap_or_default()
+    }
+}
+
+/// A condition to publish (the controller stamps transition times).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Condition {
+    /// Type, e.g. `ReplicasScheduled`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True` or `False`.
+    pub status: String,
+    /// Reason in CamelCase.
+    pub reason: String,
+    /// Message; empty when there is none.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl Condition {
+    /// A condition; `ok` gives `True`, else `False`.
+    pub fn new(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: if ok { "True" } else { "False" }.into(),
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Severity of an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum EventType {
+    /// Normal.
+    Normal,
+    /// Warning.
+    Warning,
+}
+
+/// An event to record on the composed-for object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// Normal or Warning.
+    #[serde(rename = "type")]
+    pub type_: EventType,
+    /// Reason in CamelCase.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+}
+
+/// Everything one composition decides.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Composition {
+    /// Objects that should exist. Owned objects not listed are pruned, unless `hold`.
+    pub desired: Vec<Desired>,
+    /// Status fields to publish (without conditions), if any.
+    pub status: Option<Value>,
+    /// Conditions to publish, in order.
+    pub conditions: Vec<Condition>,
+    /// Events to record, in order.
+    pub events: Vec<Event>,
+    /// The desired state could not be computed: keep every existing child.
+    pub hold: bool,
+}

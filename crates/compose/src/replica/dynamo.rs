@@ -1,0 +1,119 @@
+//! The Dynamo stack (DECISIONS §A3–§A6): a Grove PodCliqueSet per engine,
+//! every pod scheduled by KAI in Modelplane's queue, ModelExpress wired into
+//! every engine container.
+//!
+//! A Leader+Worker engine is a leader clique and one worker clique per rank
+//! inside one PodCliqueScalingGroup, all-or-nothing (`minAvailable` equals
+//! `replicas` everywhere). The rank is a literal per clique; the leader's
+//! address is built from Grove's discovery variables, which Grove puts ahead
+//! of the template's env (Grove with PR #753, as the Dynamo recipe pins).
+//! When Grove exposes a group-wide pod index, one worker clique with
+//! `replicas: nodes` and `MODELPLANE_RANK=$(GROVE_PCSG_POD_INDEX)` replaces
+//! the per-rank cliques here, and nowhere else.
+
+use modelplane_api::labels;
+use serde_json::{Map, Value, json};
+
+use super::pod::{PodPlan, env, prepend_env};
+use super::{EnginePlan, Shape, StackComposer};
+use crate::{Desired, ReadinessRule, Target};
+
+/// Composes engines for Grove + KAI + ModelExpress clusters.
+pub struct Dynamo;
+
+/// The scaling group holding a gang's cliques.
+const GROUP: &str = "g";
+/// The leader clique.
+const LEADER: &str = "leader";
+/// The clique of a Standalone engine.
+const STANDALONE: &str = "engine";
+
+/// The leader pod's address from Grove's variables.
+const LEADER_ADDRESS: &str = "$(GROVE_PCSG_NAME)-$(GROVE_PCSG_INDEX)-leader-0.$(GROVE_HEADLESS_SERVICE)";
+
+fn model_express() -> Vec<Value> {
+    vec![
+        env(labels::MX_SERVER_ADDRESS_ENV, labels::MODELEXPRESS_ADDRESS),
+        env(labels::MODEL_EXPRESS_URL_ENV, labels::MODELEXPRESS_ADDRESS),
+    ]
+}
+
+fn clique(name: &str, role: &str, mut pod: PodPlan) -> Value {
+    pod.labels.insert(labels::KAI_QUEUE_LABEL.into(), json!(labels::KAI_QUEUE));
+    let template = pod.template(&[("schedulerName", json!(labels::KAI_SCHEDULER_NAME))]);
+    let mut clique = Map::new();
+    clique.insert("name".into(), json!(name));
+    if let Some(labels) = template.pointer("/metadata/labels") {
+        clique.insert("labels".into(), labels.clone());
+    }
+    if let Some(annotations) = template.pointer("/metadata/annotations") {
+        clique.insert("annotations".into(), annotations.clone());
+    }
+    clique.insert(
+        "spec".into(),
+        json!({
+            "roleName": role,
+            "replicas": 1,
+            "minAvailable": 1,
+            "podSpec": template["spec"],
+        }),
+    );
+    Value::Object(clique)
+}
+
+impl StackComposer for Dynamo {
+    fn workload(&self, plan: &EnginePlan) -> Desired {
+        let mut template = Map::new();
+        match &plan.shape {
+            Shape::Standalone(pod) => {
+                let mut pod = pod.clone();
+                prepend_env(pod.engine(), model_express());
+                pod.labels.insert(labels::SERVING.into(), json!(plan.replica));
+                template.insert("cliques".into(), json!([clique(STANDALONE, STANDALONE, pod)]));
+            }
+            Shape::Gang { leader, worker, nodes } => {
+                let gang_env = |rank: u32| {
+                    let mut vars = vec![
+                        env(labels::LEADER_ADDRESS_ENV, LEADER_ADDRESS),
+                        env(labels::RANK_ENV, &rank.to_string()),
+                    ];
+                    vars.extend(model_express());
+                    vars
+                };
+                let mut leader = leader.clone();
+                prepend_env(leader.engine(), gang_env(0));
+                leader.labels.insert(labels::SERVING.into(), json!(plan.replica));
+                let mut cliques = vec![clique(LEADER, LEADER, leader)];
+                let mut names = vec![json!(LEADER)];
+                for rank in 1..=*nodes {
+                    let mut pod = worker.clone();
+                    prepend_env(pod.engine(), gang_env(rank));
+                    let name = format!("w{rank}");
+                    cliques.push(clique(&name, "worker", pod));
+                    names.push(json!(name));
+                }
+                template.insert("cliques".into(), Value::Array(cliques));
+                template.insert(
+                    "podCliqueScalingGroups".into(),
+                    json!([{ "name": GROUP, "cliqueNames": names, "replicas": 1, "minAvailable": 1 }]),
+                );
+            }
+        }
+        let object = json!({
+            "apiVersion": "grove.io/v1alpha1",
+            "kind": "PodCliqueSet",
+            "metadata": {
+                "name": plan.workload_name,
+                "namespace": labels::WORKLOAD_NAMESPACE,
+                "labels": { labels::KAI_QUEUE_LABEL: labels::KAI_QUEUE },
+            },
+            "spec": { "replicas": plan.copies, "template": template },
+        });
+        Desired {
+            target: Target::Cluster(plan.cluster.clone()),
+            object,
+            ready_when: ReadinessRule::ReplicasAvailable,
+        }
+    }
+
+}
