@@ -129,10 +129,17 @@ mod tests {
 /// limit.
 pub fn pod_clique_set_name(replica: &str, engine: &str) -> String {
     let visible = format!("{replica}-{engine}");
-    let cut = visible.char_indices().nth(22).map_or(visible.len(), |(i, _)| i);
+    let cut = visible
+        .char_indices()
+        .nth(22)
+        .map_or(visible.len(), |(i, _)| i);
     // `/` cannot occur in either name, so distinct pairs hash apart.
     let identity = format!("{replica}/{engine}");
-    format!("{}-{}", visible[..cut].trim_end_matches('-'), short_hash(&identity))
+    format!(
+        "{}-{}",
+        visible[..cut].trim_end_matches('-'),
+        short_hash(&identity)
+    )
 }
 
 #[cfg(test)]
@@ -143,6 +150,9 @@ mod grove_tests {
     fn pod_clique_set_names_leave_room_for_group_and_clique() {
         let long = pod_clique_set_name(&"r".repeat(63), &"e".repeat(63));
         assert!(long.len() + "g".len() + "leader".len() <= 45, "{long}");
-        assert_ne!(pod_clique_set_name("a", "b-c"), pod_clique_set_name("a-b", "c"));
+        assert_ne!(
+            pod_clique_set_name("a", "b-c"),
+            pod_clique_set_name("a-b", "c")
+        );
     }
 }

@@ -161,14 +161,17 @@ pub fn deployment_view(
     }
 }
 
-
 /// Reads and admits the manifests of `paths`; on invalid input prints the
 /// problems as `validate` does and returns the exit code instead.
 pub fn load(paths: &[String]) -> anyhow::Result<Result<Fleet, u8>> {
     let reports = check_paths(paths, &[])?;
     if reports.iter().any(|r| r.failed()) {
         print_problems(&reports, false);
-        return Ok(Err(if reports.iter().any(|r| r.unreadable()) { 2 } else { 1 }));
+        return Ok(Err(if reports.iter().any(|r| r.unreadable()) {
+            2
+        } else {
+            1
+        }));
     }
     let objects: Vec<Value> = reports.iter().filter_map(|r| r.object.clone()).collect();
     fleet(&objects).map(Ok)

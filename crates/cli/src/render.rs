@@ -70,7 +70,10 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<u8> {
         Err(code) => return Ok(code),
     };
     if let Some(name) = &args.cluster
-        && !fleet.clusters.iter().any(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+        && !fleet
+            .clusters
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some(name.as_str()))
     {
         bail!("no InferenceCluster {name} in the inputs");
     }
@@ -83,7 +86,10 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<u8> {
     let objects: Vec<&Desired> = rendered.objects.iter().filter(|d| keep(d)).collect();
     match args.output {
         Format::Yaml => print!("{}", yaml(&rendered.summaries, &objects)?),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&as_json(&rendered.summaries, &objects))?),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&as_json(&rendered.summaries, &objects))?
+        ),
     }
     Ok(if rendered.held { 1 } else { 0 })
 }
@@ -106,7 +112,11 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
         .iter()
         .map(|c| (c.metadata.name.as_deref().unwrap_or_default(), c))
         .collect();
-    let mut replicas: Vec<ExistingReplica> = fleet.replicas.iter().map(ExistingReplica::from_resource).collect();
+    let mut replicas: Vec<ExistingReplica> = fleet
+        .replicas
+        .iter()
+        .map(ExistingReplica::from_resource)
+        .collect();
     let mut deployments: Vec<&ModelDeployment> = fleet.deployments.iter().collect();
     deployments.sort_by_key(|d| key(&d.metadata.namespace, &d.metadata.name));
 
@@ -124,7 +134,10 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
             Some(r) => fleet
                 .caches
                 .iter()
-                .find(|c| c.metadata.name.as_deref() == Some(r.name.as_str()) && c.metadata.namespace == md.metadata.namespace)
+                .find(|c| {
+                    c.metadata.name.as_deref() == Some(r.name.as_str())
+                        && c.metadata.namespace == md.metadata.namespace
+                })
                 .map_or(CacheLookup::Absent, CacheLookup::Present),
         };
         let composition = compose_model_deployment(DeploymentInputs {
@@ -141,7 +154,11 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
         };
         if composition.hold {
             out.held = true;
-            let why: Vec<String> = composition.conditions.iter().map(|c| format!("{}: {}", c.reason, c.message)).collect();
+            let why: Vec<String> = composition
+                .conditions
+                .iter()
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .collect();
             summary.line = format!("{title}: held ({})", why.join("; "));
             out.summaries.push(summary);
             continue;
@@ -151,9 +168,12 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
             if desired.kind() != "ModelReplica" {
                 continue;
             }
-            let replica: ModelReplica = serde_json::from_value(desired.object.clone()).context("a composed ModelReplica does not fit its type")?;
+            let replica: ModelReplica = serde_json::from_value(desired.object.clone())
+                .context("a composed ModelReplica does not fit its type")?;
             let cluster = by_name.get(replica.spec.cluster_name.as_str()).copied();
-            let stack = cluster.map(|c| format!("{:?}", c.spec.stack())).unwrap_or_default();
+            let stack = cluster
+                .map(|c| format!("{:?}", c.spec.stack()))
+                .unwrap_or_default();
             placed.push(format!("{} ({stack})", replica.spec.cluster_name));
             let on_cluster = compose_model_replica(ReplicaInputs {
                 replica: &replica,
@@ -166,13 +186,25 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
         summary.line = format!(
             "{title}: {} of {requested} replicas placed{}",
             placed.len(),
-            if placed.is_empty() { String::new() } else { format!(" on {}", placed.join(", ")) }
+            if placed.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", placed.join(", "))
+            }
         );
         if let Some(note) = note {
             summary.explanations.push(note);
         }
         if placed.len() < usize::try_from(requested).unwrap_or(0)
-            && let Ok(s) = schedule(&deployment, &views, &replicas, Options { fill: true, explain: true })
+            && let Ok(s) = schedule(
+                &deployment,
+                &views,
+                &replicas,
+                Options {
+                    fill: true,
+                    explain: true,
+                },
+            )
         {
             summary.explanations.extend(s.explanations.iter().map(|e| {
                 let mut at = e.cluster.clone();
@@ -182,7 +214,10 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
                 format!("{at}: {}", crate::schedule::reason_text(&e.reason))
             }));
         }
-        let own = |r: &ExistingReplica| r.deployment.as_deref() == Some(deployment.name.as_str()) && r.namespace == deployment.namespace;
+        let own = |r: &ExistingReplica| {
+            r.deployment.as_deref() == Some(deployment.name.as_str())
+                && r.namespace == deployment.namespace
+        };
         replicas.retain(|r| !own(r));
         for desired in &composition.desired {
             if desired.kind() == "ModelReplica"
@@ -221,7 +256,9 @@ fn yaml(summaries: &[Summary], objects: &[&Desired]) -> anyhow::Result<String> {
             current = Some(&d.target);
         }
         text.push_str("---\n");
-        text.push_str(&serde_saphyr::to_string(&d.object).context("serializing an object to YAML")?);
+        text.push_str(
+            &serde_saphyr::to_string(&d.object).context("serializing an object to YAML")?,
+        );
     }
     Ok(text)
 }
@@ -232,7 +269,10 @@ fn as_json(summaries: &[Summary], objects: &[&Desired]) -> Value {
     for d in objects {
         match &d.target {
             Target::ControlPlane => control_plane.push(d.object.clone()),
-            Target::Cluster(name) => clusters.entry(name.clone()).or_default().push(d.object.clone()),
+            Target::Cluster(name) => clusters
+                .entry(name.clone())
+                .or_default()
+                .push(d.object.clone()),
         }
     }
     json!({

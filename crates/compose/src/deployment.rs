@@ -13,7 +13,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use modelplane_api::labels;
 use modelplane_api::names;
 use modelplane_api::types::{DeploymentMember, ModelCache, ModelDeployment};
-use modelplane_scheduler::{Cluster, Deployment, ExistingReplica, Hold, Options, Placement, schedule};
+use modelplane_scheduler::{
+    Cluster, Deployment, ExistingReplica, Hold, Options, Placement, schedule,
+};
 use serde_json::{Map, Value, json};
 
 use crate::{Composition, Condition, Desired, Event, EventType, ReadinessRule, Target};
@@ -59,7 +61,13 @@ fn warning(reason: &str, message: impl Into<String>) -> Event {
 pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     let md = inputs.deployment;
     let mut out = Composition::default();
-    let cache_ref = md.spec.template.spec.model_cache_ref.as_ref().map(|c| c.name.clone());
+    let cache_ref = md
+        .spec
+        .template
+        .spec
+        .model_cache_ref
+        .as_ref()
+        .map(|c| c.name.clone());
     let (fill, cache_selector) = match (inputs.cache, &cache_ref) {
         (CacheLookup::NotReferenced, _) | (_, None) => (true, None),
         (CacheLookup::Unresolved, Some(name)) => {
@@ -73,12 +81,22 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
         }
         (CacheLookup::Absent, Some(name)) => {
             let message = format!("ModelCache {name} not found; holding replica placement");
-            out.conditions.push(Condition::new("ModelCacheResolved", false, "ModelCacheNotFound", message.clone()));
+            out.conditions.push(Condition::new(
+                "ModelCacheResolved",
+                false,
+                "ModelCacheNotFound",
+                message.clone(),
+            ));
             out.events.push(warning("ModelCacheNotFound", message));
             (false, None)
         }
         (CacheLookup::Present(cache), Some(_)) => {
-            out.conditions.push(Condition::new("ModelCacheResolved", true, "ModelCacheResolved", ""));
+            out.conditions.push(Condition::new(
+                "ModelCacheResolved",
+                true,
+                "ModelCacheResolved",
+                "",
+            ));
             let selector = cache
                 .spec
                 .cluster_selector
@@ -97,14 +115,22 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
         &deployment,
         clusters,
         inputs.replicas,
-        Options { fill, explain: false },
+        Options {
+            fill,
+            explain: false,
+        },
     );
     let placed = match result {
         Ok(s) => s,
         Err(Hold::NoClusters { .. }) => return hold_no_clusters(out),
         Err(Hold::InvalidSelector(e)) => {
             let message = format!("Invalid nodeSelector CEL expression: {e}");
-            out.conditions.push(Condition::new("ReplicasScheduled", false, "InvalidNodeSelector", message.clone()));
+            out.conditions.push(Condition::new(
+                "ReplicasScheduled",
+                false,
+                "InvalidNodeSelector",
+                message.clone(),
+            ));
             out.events.push(warning("InvalidNodeSelector", message));
             out.hold = true;
             return out;
@@ -115,7 +141,9 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     let existing: BTreeSet<&str> = inputs
         .replicas
         .iter()
-        .filter(|r| r.namespace == namespace && r.deployment.as_deref() == Some(deployment.name.as_str()))
+        .filter(|r| {
+            r.namespace == namespace && r.deployment.as_deref() == Some(deployment.name.as_str())
+        })
         .map(|r| r.name.as_str())
         .collect();
     let gateways: BTreeMap<&str, &str> = clusters
@@ -126,7 +154,11 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     let mut observed_any = false;
     let mut ready = 0usize;
     for placement in &placed.placements {
-        let name = names::replica_name(&deployment.name, &placement.cluster, u32::try_from(placement.index).unwrap_or(0));
+        let name = names::replica_name(
+            &deployment.name,
+            &placement.cluster,
+            u32::try_from(placement.index).unwrap_or(0),
+        );
         let replica_labels = replica_labels(md, &placement.cluster, placement.index);
         observed_any |= existing.contains(name.as_str());
         out.desired.push(Desired {
@@ -138,7 +170,10 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
         if is_ready {
             ready += 1;
         }
-        let gateway = gateways.get(placement.cluster.as_str()).copied().unwrap_or_default();
+        let gateway = gateways
+            .get(placement.cluster.as_str())
+            .copied()
+            .unwrap_or_default();
         if is_ready && !gateway.is_empty() {
             out.desired.push(Desired {
                 target: Target::ControlPlane,
@@ -159,7 +194,11 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     let total = placed.placements.len();
     let requested = md.spec.replicas;
     if total > 0 && !observed_any {
-        let clusters: BTreeSet<&str> = placed.placements.iter().map(|p| p.cluster.as_str()).collect();
+        let clusters: BTreeSet<&str> = placed
+            .placements
+            .iter()
+            .map(|p| p.cluster.as_str())
+            .collect();
         out.events.push(Event {
             type_: EventType::Normal,
             reason: "Scheduled".into(),
@@ -176,27 +215,51 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
             "ReplicasScheduled",
             false,
             "InsufficientCapacity",
-            format!("0 of {requested} replicas scheduled (checked {} clusters)", placed.candidates),
+            format!(
+                "0 of {requested} replicas scheduled (checked {} clusters)",
+                placed.candidates
+            ),
         )
     } else if observed_any {
-        Condition::new("ReplicasScheduled", true, "ReplicasCreated", format!("Scheduled {total} of {requested} replicas"))
+        Condition::new(
+            "ReplicasScheduled",
+            true,
+            "ReplicasCreated",
+            format!("Scheduled {total} of {requested} replicas"),
+        )
     } else {
         Condition::new("ReplicasScheduled", false, "Scheduling", "")
     });
     out.conditions.push(if total == 0 {
         Condition::new("ReplicasReady", false, "NoReplicasScheduled", "")
     } else if ready == total {
-        Condition::new("ReplicasReady", true, "AllReplicasReady", format!("{ready} of {total} ready"))
+        Condition::new(
+            "ReplicasReady",
+            true,
+            "AllReplicasReady",
+            format!("{ready} of {total} ready"),
+        )
     } else {
-        Condition::new("ReplicasReady", false, "ModelStarting", format!("{ready} of {total} ready"))
+        Condition::new(
+            "ReplicasReady",
+            false,
+            "ModelStarting",
+            format!("{ready} of {total} ready"),
+        )
     });
     out
 }
 
 /// No cluster to place on, or the list could not be read: keep everything.
 fn hold_no_clusters(mut out: Composition) -> Composition {
-    out.conditions.push(Condition::new("ReplicasScheduled", false, "NoClusters", "No InferenceClusters found"));
-    out.events.push(warning("NoClusters", "No InferenceClusters found"));
+    out.conditions.push(Condition::new(
+        "ReplicasScheduled",
+        false,
+        "NoClusters",
+        "No InferenceClusters found",
+    ));
+    out.events
+        .push(warning("NoClusters", "No InferenceClusters found"));
     out.hold = true;
     out
 }
@@ -213,14 +276,22 @@ fn replica_labels(md: &ModelDeployment, cluster: &str, index: i64) -> Map<String
         .into_iter()
         .map(|(k, v)| (k, Value::String(v)))
         .collect();
-    labels_map.insert(labels::DEPLOYMENT.into(), json!(md.metadata.name.clone().unwrap_or_default()));
+    labels_map.insert(
+        labels::DEPLOYMENT.into(),
+        json!(md.metadata.name.clone().unwrap_or_default()),
+    );
     labels_map.insert(labels::CLUSTER.into(), json!(cluster));
     labels_map.insert(labels::REPLICA_INDEX.into(), json!(index.to_string()));
     labels_map
 }
 
 /// The ModelReplica of one placement (`behavior.md` §4.3).
-fn model_replica(md: &ModelDeployment, name: &str, labels: &Map<String, Value>, placement: &Placement) -> Value {
+fn model_replica(
+    md: &ModelDeployment,
+    name: &str,
+    labels: &Map<String, Value>,
+    placement: &Placement,
+) -> Value {
     let spec = &md.spec.template.spec;
     let mut replica_spec = Map::new();
     replica_spec.insert("clusterName".into(), json!(placement.cluster));
@@ -228,7 +299,10 @@ fn model_replica(md: &ModelDeployment, name: &str, labels: &Map<String, Value>, 
         replica_spec.insert("modelCacheRef".into(), json!({ "name": cache.name }));
     }
     if let Some(serving) = &spec.serving {
-        replica_spec.insert("serving".into(), serde_json::to_value(serving).unwrap_or_default());
+        replica_spec.insert(
+            "serving".into(),
+            serde_json::to_value(serving).unwrap_or_default(),
+        );
     }
     let engines: Vec<Value> = placement
         .engines
@@ -239,7 +313,10 @@ fn model_replica(md: &ModelDeployment, name: &str, labels: &Map<String, Value>, 
             e.insert("name".into(), json!(engine.name));
             e.insert("copies".into(), json!(engine.copies()));
             if let Some(phase) = engine.phase {
-                e.insert("phase".into(), serde_json::to_value(phase).unwrap_or_default());
+                e.insert(
+                    "phase".into(),
+                    serde_json::to_value(phase).unwrap_or_default(),
+                );
             }
             let members: Vec<Value> = engine
                 .members
@@ -266,7 +343,10 @@ fn model_replica(md: &ModelDeployment, name: &str, labels: &Map<String, Value>, 
 
 fn replica_member(member: &DeploymentMember, at: &modelplane_scheduler::MemberPlacement) -> Value {
     let mut m = Map::new();
-    m.insert("role".into(), serde_json::to_value(member.role()).unwrap_or_default());
+    m.insert(
+        "role".into(),
+        serde_json::to_value(member.role()).unwrap_or_default(),
+    );
     m.insert("nodePoolName".into(), json!(at.pool));
     if !at.device_requests.is_empty() {
         let requests: Vec<Value> = at
@@ -286,6 +366,9 @@ fn replica_member(member: &DeploymentMember, at: &modelplane_scheduler::MemberPl
     if let Some(worker) = &member.worker {
         m.insert("worker".into(), json!({ "nodes": worker.nodes }));
     }
-    m.insert("template".into(), serde_json::to_value(&member.template).unwrap_or_default());
+    m.insert(
+        "template".into(),
+        serde_json::to_value(&member.template).unwrap_or_default(),
+    );
     Value::Object(m)
 }

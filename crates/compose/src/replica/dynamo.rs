@@ -29,7 +29,8 @@ const LEADER: &str = "leader";
 const STANDALONE: &str = "engine";
 
 /// The leader pod's address from Grove's variables.
-const LEADER_ADDRESS: &str = "$(GROVE_PCSG_NAME)-$(GROVE_PCSG_INDEX)-leader-0.$(GROVE_HEADLESS_SERVICE)";
+const LEADER_ADDRESS: &str =
+    "$(GROVE_PCSG_NAME)-$(GROVE_PCSG_INDEX)-leader-0.$(GROVE_HEADLESS_SERVICE)";
 
 fn model_express() -> Vec<Value> {
     vec![
@@ -39,7 +40,8 @@ fn model_express() -> Vec<Value> {
 }
 
 fn clique(name: &str, role: &str, mut pod: PodPlan) -> Value {
-    pod.labels.insert(labels::KAI_QUEUE_LABEL.into(), json!(labels::KAI_QUEUE));
+    pod.labels
+        .insert(labels::KAI_QUEUE_LABEL.into(), json!(labels::KAI_QUEUE));
     let template = pod.template(&[("schedulerName", json!(labels::KAI_SCHEDULER_NAME))]);
     let mut clique = Map::new();
     clique.insert("name".into(), json!(name));
@@ -68,10 +70,18 @@ impl StackComposer for Dynamo {
             Shape::Standalone(pod) => {
                 let mut pod = pod.clone();
                 prepend_env(pod.engine(), model_express());
-                pod.labels.insert(labels::SERVING.into(), json!(plan.replica));
-                template.insert("cliques".into(), json!([clique(STANDALONE, STANDALONE, pod)]));
+                pod.labels
+                    .insert(labels::SERVING.into(), json!(plan.replica));
+                template.insert(
+                    "cliques".into(),
+                    json!([clique(STANDALONE, STANDALONE, pod)]),
+                );
             }
-            Shape::Gang { leader, worker, nodes } => {
+            Shape::Gang {
+                leader,
+                worker,
+                nodes,
+            } => {
                 let gang_env = |rank: u32| {
                     let mut vars = vec![
                         env(labels::LEADER_ADDRESS_ENV, LEADER_ADDRESS),
@@ -82,7 +92,9 @@ impl StackComposer for Dynamo {
                 };
                 let mut leader = leader.clone();
                 prepend_env(leader.engine(), gang_env(0));
-                leader.labels.insert(labels::SERVING.into(), json!(plan.replica));
+                leader
+                    .labels
+                    .insert(labels::SERVING.into(), json!(plan.replica));
                 let mut cliques = vec![clique(LEADER, LEADER, leader)];
                 let mut names = vec![json!(LEADER)];
                 for rank in 1..=*nodes {
@@ -115,5 +127,4 @@ impl StackComposer for Dynamo {
             ready_when: ReadinessRule::ReplicasAvailable,
         }
     }
-
 }

@@ -97,7 +97,12 @@ fn composer(stack: Stack) -> &'static dyn StackComposer {
 }
 
 /// The ResourceClaimTemplate of a member that claims devices.
-fn claim_template(cluster: &str, replica: &str, engine: &str, member: &ReplicaMember) -> Option<Desired> {
+fn claim_template(
+    cluster: &str,
+    replica: &str,
+    engine: &str,
+    member: &ReplicaMember,
+) -> Option<Desired> {
     let requests = member.device_requests.as_ref().filter(|r| !r.is_empty())?;
     let requests: Vec<serde_json::Value> = requests
         .iter()
@@ -134,7 +139,12 @@ fn claim_template(cluster: &str, replica: &str, engine: &str, member: &ReplicaMe
 }
 
 /// Plans one engine's pods.
-fn plan_engine(replica: &ModelReplica, cluster: &str, stack: Stack, engine: &Engine<ReplicaMember>) -> EnginePlan {
+fn plan_engine(
+    replica: &ModelReplica,
+    cluster: &str,
+    stack: Stack,
+    engine: &Engine<ReplicaMember>,
+) -> EnginePlan {
     let replica_name = replica.metadata.name.clone().unwrap_or_default();
     let pod_of = |member: &ReplicaMember, serving: bool, always_args: bool| {
         member_pod(&MemberContext {
@@ -190,7 +200,11 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
     let mut out = Composition::default();
     let Some(cluster) = inputs.cluster else {
         // The cluster is unknown: keep whatever runs, explain, compose nothing new.
-        waiting(&mut out, "WaitingForCluster", "Waiting for cluster to be resolved");
+        waiting(
+            &mut out,
+            "WaitingForCluster",
+            "Waiting for cluster to be resolved",
+        );
         out.hold = true;
         return out;
     };
@@ -230,16 +244,21 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
             }
         }
     } else {
-        plans
-            .first_mut()
-            .map_or(16, |p| routing::block_size(&routing::engine_args(p.serving())))
+        plans.first_mut().map_or(16, |p| {
+            routing::block_size(&routing::engine_args(p.serving()))
+        })
     };
 
     let composer = composer(stack);
     let mut workloads = Vec::new();
     for (engine, plan) in replica.spec.engines.iter().zip(&plans) {
         for member in &engine.members {
-            out.desired.extend(claim_template(&cluster_name, &replica_name, &engine.name, member));
+            out.desired.extend(claim_template(
+                &cluster_name,
+                &replica_name,
+                &engine.name,
+                member,
+            ));
         }
         out.desired.push(composer.workload(plan));
         workloads.push(plan.workload_name.clone());
@@ -252,7 +271,10 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
         disaggregated,
     ));
 
-    let observed: Vec<Option<bool>> = workloads.iter().map(|w| inputs.observed.get(w).copied()).collect();
+    let observed: Vec<Option<bool>> = workloads
+        .iter()
+        .map(|w| inputs.observed.get(w).copied())
+        .collect();
     if observed.iter().all(Option::is_none) {
         let image = replica
             .spec
@@ -290,9 +312,18 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
 
 /// Decorates the prefill and decode engines; returns the KV block size (from
 /// the decode engine), or the message for a decode `--port` that is not a number.
-fn decorate_prefill_decode(replica: &ModelReplica, plans: &mut [EnginePlan]) -> Result<i64, String> {
+fn decorate_prefill_decode(
+    replica: &ModelReplica,
+    plans: &mut [EnginePlan],
+) -> Result<i64, String> {
     let replica_name = replica.metadata.name.clone().unwrap_or_default();
-    let find = |phase: Phase| replica.spec.engines.iter().position(|e| e.phase == Some(phase));
+    let find = |phase: Phase| {
+        replica
+            .spec
+            .engines
+            .iter()
+            .position(|e| e.phase == Some(phase))
+    };
     if let Some(i) = find(Phase::Prefill) {
         routing::decorate_phase(plans[i].serving(), &replica_name, "prefill");
     }

@@ -54,7 +54,10 @@ impl PodPlan {
             metadata.insert("labels".into(), Value::Object(self.labels.clone()));
         }
         if !self.annotations.is_empty() {
-            metadata.insert("annotations".into(), Value::Object(self.annotations.clone()));
+            metadata.insert(
+                "annotations".into(),
+                Value::Object(self.annotations.clone()),
+            );
         }
         if !metadata.is_empty() {
             template.insert("metadata".into(), Value::Object(metadata));
@@ -84,7 +87,8 @@ fn user_container(template: &PodTemplateSpec) -> Container {
 
 /// Whether `args` already choose a model.
 fn names_a_model(args: &[String]) -> bool {
-    args.iter().any(|a| a == "--model" || a.starts_with("--model="))
+    args.iter()
+        .any(|a| a == "--model" || a.starts_with("--model="))
 }
 
 fn env_json(env: &[EnvVar]) -> Value {
@@ -110,9 +114,17 @@ pub fn member_pod(ctx: &MemberContext<'_>) -> PodPlan {
     let replica = ctx.replica;
     let replica_name = replica.metadata.name.clone().unwrap_or_default();
     let namespace = replica.metadata.namespace.clone().unwrap_or_default();
-    let cache = replica.spec.model_cache_ref.as_ref().map(|c| c.name.clone());
+    let cache = replica
+        .spec
+        .model_cache_ref
+        .as_ref()
+        .map(|c| c.name.clone());
     let user = user_container(&ctx.member.template);
-    let claims = ctx.member.device_requests.as_ref().is_some_and(|r| !r.is_empty());
+    let claims = ctx
+        .member
+        .device_requests
+        .as_ref()
+        .is_some_and(|r| !r.is_empty());
 
     let mut args = user.args.clone().unwrap_or_default();
     if ctx.serving && cache.is_some() && user.command.is_none() && !names_a_model(&args) {
@@ -121,7 +133,10 @@ pub fn member_pod(ctx: &MemberContext<'_>) -> PodPlan {
 
     let mut container = Map::new();
     container.insert("name".into(), json!(labels::ENGINE_CONTAINER));
-    container.insert("image".into(), json!(user.image.clone().unwrap_or_default()));
+    container.insert(
+        "image".into(),
+        json!(user.image.clone().unwrap_or_default()),
+    );
     if let Some(command) = &user.command {
         container.insert("command".into(), json!(command));
     }
@@ -132,11 +147,20 @@ pub fn member_pod(ctx: &MemberContext<'_>) -> PodPlan {
         container.insert("env".into(), env_json(env));
     }
     if ctx.serving {
-        container.insert("ports".into(), json!([{ "containerPort": labels::ENGINE_PORT }]));
-        container.insert("readinessProbe".into(), readiness_probe(i64::from(labels::ENGINE_PORT)));
+        container.insert(
+            "ports".into(),
+            json!([{ "containerPort": labels::ENGINE_PORT }]),
+        );
+        container.insert(
+            "readinessProbe".into(),
+            readiness_probe(i64::from(labels::ENGINE_PORT)),
+        );
     }
     if claims {
-        container.insert("resources".into(), json!({ "claims": [{ "name": "devices" }] }));
+        container.insert(
+            "resources".into(),
+            json!({ "claims": [{ "name": "devices" }] }),
+        );
     }
     let mut mounts = vec![json!({ "name": "dshm", "mountPath": "/dev/shm" })];
     let mut volumes = vec![json!({ "name": "dshm", "emptyDir": { "medium": "Memory" } })];
@@ -166,7 +190,10 @@ pub fn member_pod(ctx: &MemberContext<'_>) -> PodPlan {
         .and_then(|s| s.image_pull_secrets.as_ref())
         .filter(|s| !s.is_empty())
     {
-        spec.insert("imagePullSecrets".into(), serde_json::to_value(secrets).unwrap_or_default());
+        spec.insert(
+            "imagePullSecrets".into(),
+            serde_json::to_value(secrets).unwrap_or_default(),
+        );
     }
     if claims {
         spec.insert(
@@ -181,7 +208,10 @@ pub fn member_pod(ctx: &MemberContext<'_>) -> PodPlan {
 
     let metadata = ctx.member.template.metadata.clone().unwrap_or_default();
     let to_map = |m: Option<std::collections::BTreeMap<String, String>>| -> Map<String, Value> {
-        m.unwrap_or_default().into_iter().map(|(k, v)| (k, Value::String(v))).collect()
+        m.unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect()
     };
     PodPlan {
         labels: to_map(metadata.labels),
@@ -215,7 +245,12 @@ pub fn prepend_env(container: &mut Map<String, Value>, vars: Vec<Value>) {
 
 /// Inserts `key` right after `after` (or after `command`, `image`), keeping
 /// the container's field order stable.
-fn insert_after(container: &mut Map<String, Value>, after: &str, key: &str, value: Value) {
+pub(crate) fn insert_after(
+    container: &mut Map<String, Value>,
+    after: &str,
+    key: &str,
+    value: Value,
+) {
     let anchor = [after, "command", "image"]
         .into_iter()
         .find(|k| container.contains_key(*k))

@@ -59,14 +59,19 @@ pub fn engine_args(pod: &PodPlan) -> Vec<String> {
     pod.containers[0]
         .get("args")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// Labels a PrefillDecode serving pod carries.
 pub fn decorate_phase(pod: &mut PodPlan, replica: &str, role: &str) {
     pod.labels.insert(labels::LLMD_ROLE.into(), json!(role));
-    pod.labels.insert(labels::LLMD_INFERENCE_SERVING.into(), json!("true"));
+    pod.labels
+        .insert(labels::LLMD_INFERENCE_SERVING.into(), json!("true"));
     pod.labels.insert("app".into(), json!(replica));
     let volumes = pod.spec.entry("volumes").or_insert_with(|| json!([]));
     if let Value::Array(volumes) = volumes
@@ -85,8 +90,10 @@ pub fn decorate_phase(pod: &mut PodPlan, replica: &str, role: &str) {
             mounts.push(json!({ "name": "nixl-shm", "mountPath": "/dev/shm" }));
         }
     }
-    let env = engine.entry("env").or_insert_with(|| json!([]));
-    if let Value::Array(env) = env {
+    if !engine.contains_key("env") {
+        super::pod::insert_after(engine, "args", "env", json!([]));
+    }
+    if let Some(Value::Array(env)) = engine.get_mut("env") {
         let named = |env: &Vec<Value>, n: &str| env.iter().any(|e| e["name"] == n);
         if !named(env, "VLLM_NIXL_SIDE_CHANNEL_HOST") {
             env.push(json!({ "name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } }));
@@ -107,10 +114,20 @@ pub fn decorate_decode(pod: &mut PodPlan, port: i64) {
     sidecar.insert("image".into(), json!(SIDECAR_IMAGE));
     sidecar.insert(
         "args".into(),
-        json!(["--secure-proxy=false", "--kv-connector=nixlv2", format!("--vllm-port={port}")]),
+        json!([
+            "--secure-proxy=false",
+            "--kv-connector=nixlv2",
+            format!("--vllm-port={port}")
+        ]),
     );
-    sidecar.insert("ports".into(), json!([{ "containerPort": labels::ENGINE_PORT }]));
-    sidecar.insert("readinessProbe".into(), readiness_probe(i64::from(labels::ENGINE_PORT)));
+    sidecar.insert(
+        "ports".into(),
+        json!([{ "containerPort": labels::ENGINE_PORT }]),
+    );
+    sidecar.insert(
+        "readinessProbe".into(),
+        readiness_probe(i64::from(labels::ENGINE_PORT)),
+    );
     pod.containers.push(sidecar);
 }
 
@@ -124,7 +141,8 @@ pub fn epp_config(block_size: i64, disaggregated: bool) -> String {
     let producer = format!(
         "- type: approx-prefix-cache-producer\n  parameters:\n    autoTune: false\n    blockSizeTokens: {block_size}\n    maxPrefixBlocksToMatch: 256\n    lruCapacityPerServer: 31250\n"
     );
-    let mut text = String::from("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n");
+    let mut text =
+        String::from("apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n");
     text.push_str(&producer);
     if disaggregated {
         text.push_str(
@@ -293,7 +311,10 @@ mod tests {
 
     #[test]
     fn block_size_takes_the_first_flag_in_either_form() {
-        assert_eq!(block_size(&args(&["--x", "--block-size", "32", "--page-size=64"])), 32);
+        assert_eq!(
+            block_size(&args(&["--x", "--block-size", "32", "--page-size=64"])),
+            32
+        );
         assert_eq!(block_size(&args(&["--page-size=64"])), 64);
         assert_eq!(block_size(&args(&["--block-size=big"])), 16);
         assert_eq!(block_size(&args(&["--block-size"])), 16);

@@ -16,8 +16,10 @@ impl StackComposer for Standard {
         let object = match &plan.shape {
             Shape::Standalone(pod) => {
                 let mut pod = pod.clone();
-                pod.labels.insert(labels::SERVING.into(), json!(plan.replica));
-                pod.labels.insert(labels::WORKLOAD.into(), json!(plan.workload_name));
+                pod.labels
+                    .insert(labels::SERVING.into(), json!(plan.replica));
+                pod.labels
+                    .insert(labels::WORKLOAD.into(), json!(plan.workload_name));
                 json!({
                     "apiVersion": "apps/v1",
                     "kind": "Deployment",
@@ -29,7 +31,11 @@ impl StackComposer for Standard {
                     },
                 })
             }
-            Shape::Gang { leader, worker, nodes } => {
+            Shape::Gang {
+                leader,
+                worker,
+                nodes,
+            } => {
                 let aliases = || {
                     vec![
                         env(labels::LEADER_ADDRESS_ENV, "$(LWS_LEADER_ADDRESS)"),
@@ -38,8 +44,12 @@ impl StackComposer for Standard {
                 };
                 let mut leader = leader.clone();
                 prepend_env(leader.engine(), aliases());
-                leader.labels.insert(labels::SERVING.into(), json!(plan.replica));
-                leader.labels.insert(labels::LWS_ROLE.into(), json!("leader"));
+                leader
+                    .labels
+                    .insert(labels::SERVING.into(), json!(plan.replica));
+                leader
+                    .labels
+                    .insert(labels::LWS_ROLE.into(), json!("leader"));
                 let mut worker = worker.clone();
                 prepend_env(worker.engine(), aliases());
                 json!({
@@ -63,5 +73,4 @@ impl StackComposer for Standard {
             ready_when: ReadinessRule::ConditionTrue("Available".into()),
         }
     }
-
 }
