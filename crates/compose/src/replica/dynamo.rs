@@ -98,7 +98,7 @@ impl StackComposer for Dynamo {
                 let mut cliques = vec![clique(LEADER, LEADER, leader)];
                 let mut names = vec![json!(LEADER)];
                 for rank in 1..=*nodes {
-                    let mut pod = worker.clone();
+                    let mut pod = (**worker).clone();
                     prepend_env(pod.engine(), gang_env(rank));
                     let name = format!("w{rank}");
                     cliques.push(clique(&name, "worker", pod));

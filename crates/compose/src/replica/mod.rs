@@ -44,7 +44,7 @@ pub enum Shape {
         /// The leader (rank 0), which serves.
         leader: PodPlan,
         /// Every worker (ranks 1..=nodes).
-        worker: PodPlan,
+        worker: Box<PodPlan>,
         /// Worker pods.
         nodes: u32,
     },
@@ -168,7 +168,7 @@ fn plan_engine(
             let first = &engine.members[0];
             Shape::Gang {
                 leader: pod_of(leader.unwrap_or(first), true, false),
-                worker: pod_of(worker.unwrap_or(first), false, false),
+                worker: Box::new(pod_of(worker.unwrap_or(first), false, false)),
                 nodes,
             }
         }

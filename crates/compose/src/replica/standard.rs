@@ -50,7 +50,7 @@ impl StackComposer for Standard {
                 leader
                     .labels
                     .insert(labels::LWS_ROLE.into(), json!("leader"));
-                let mut worker = worker.clone();
+                let mut worker = (**worker).clone();
                 prepend_env(worker.engine(), aliases());
                 json!({
                     "apiVersion": "leaderworkerset.x-k8s.io/v1",

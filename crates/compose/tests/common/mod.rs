@@ -14,6 +14,8 @@ use modelplane_compose::{
 use modelplane_scheduler::{Cluster, DeviceInterner, ExistingReplica};
 use serde_json::{Value, json};
 
+pub mod external;
+
 pub fn upstream() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/upstream-manifests")
 }
