@@ -166,7 +166,7 @@ pub fn deployment_view(
 pub fn load(paths: &[String]) -> anyhow::Result<Result<Fleet, u8>> {
     let reports = check_paths(paths, &[])?;
     if reports.iter().any(|r| r.failed()) {
-        print_problems(&reports, false);
+        print_problems(&reports, false)?;
         return Ok(Err(if reports.iter().any(|r| r.unreadable()) {
             2
         } else {

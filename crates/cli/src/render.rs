@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Write;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
@@ -77,30 +78,44 @@ pub fn run(args: &RenderArgs) -> anyhow::Result<u8> {
     {
         bail!("no InferenceCluster {name} in the inputs");
     }
-    let rendered = render(&fleet)?;
-    let keep = |d: &Desired| match (&args.cluster, &d.target) {
+    let keep = |target: &Target| match (&args.cluster, target) {
         (None, _) => true,
         (Some(name), Target::Cluster(c)) => c == name,
         (Some(_), Target::ControlPlane) => false,
     };
-    let objects: Vec<&Desired> = rendered.objects.iter().filter(|d| keep(d)).collect();
-    match args.output {
-        Format::Yaml => print!("{}", yaml(&rendered.summaries, &objects)?),
-        Format::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&as_json(&rendered.summaries, &objects))?
-        ),
+    let rendered = render(&fleet, args.output, &keep)?;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = match args.output {
+        Format::Yaml => write_yaml(&mut out, &rendered),
+        Format::Json => write_json(&mut out, &rendered),
     }
+    .and_then(|()| out.flush());
+    crate::output::ignore_broken_pipe(written)?;
     Ok(if rendered.held { 1 } else { 0 })
 }
 
+/// What a render produced: summaries, and each target's objects already
+/// serialized (text is far smaller than value trees, so a large fleet stays
+/// light in memory).
 struct Rendered {
     summaries: Vec<Summary>,
-    objects: Vec<Desired>,
+    objects: BTreeMap<Target, Vec<String>>,
     held: bool,
 }
 
-fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
+/// Serializes one object in the output format.
+fn serialize(object: &Value, format: Format) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Yaml => serde_saphyr::to_string(object).context("serializing an object to YAML")?,
+        Format::Json => serde_json::to_string_pretty(object)?,
+    })
+}
+
+fn render(
+    fleet: &Fleet,
+    format: Format,
+    keep: &dyn Fn(&Target) -> bool,
+) -> anyhow::Result<Rendered> {
     let mut interner = DeviceInterner::default();
     let views: Vec<Cluster> = fleet
         .clusters
@@ -122,9 +137,19 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
 
     let mut out = Rendered {
         summaries: Vec::new(),
-        objects: Vec::new(),
+        objects: BTreeMap::new(),
         held: false,
     };
+    let add =
+        |objects: &mut BTreeMap<Target, Vec<String>>, desired: &[Desired]| -> anyhow::Result<()> {
+            for d in desired.iter().filter(|d| keep(&d.target)) {
+                objects
+                    .entry(d.target.clone())
+                    .or_default()
+                    .push(serialize(&d.object, format)?);
+            }
+            Ok(())
+        };
     let ready = Default::default();
     let no_workloads = BTreeMap::new();
     for md in deployments {
@@ -164,6 +189,7 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
             continue;
         }
         let mut placed = Vec::new();
+        let mut composed = Vec::new();
         for desired in &composition.desired {
             if desired.kind() != "ModelReplica" {
                 continue;
@@ -180,7 +206,8 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
                 cluster,
                 observed: &no_workloads,
             });
-            out.objects.extend(on_cluster.desired);
+            add(&mut out.objects, &on_cluster.desired)?;
+            composed.push(replica);
         }
         let requested = md.spec.replicas;
         summary.line = format!(
@@ -219,65 +246,65 @@ fn render(fleet: &Fleet) -> anyhow::Result<Rendered> {
                 && r.namespace == deployment.namespace
         };
         replicas.retain(|r| !own(r));
-        for desired in &composition.desired {
-            if desired.kind() == "ModelReplica"
-                && let Ok(replica) = serde_json::from_value::<ModelReplica>(desired.object.clone())
-            {
-                replicas.push(ExistingReplica::from_resource(&replica));
-            }
-        }
-        out.objects.extend(composition.desired);
+        replicas.extend(composed.iter().map(ExistingReplica::from_resource));
+        add(&mut out.objects, &composition.desired)?;
         out.summaries.push(summary);
     }
-    // Control plane first, then clusters by name; composition order within each.
-    out.objects.sort_by(|a, b| a.target.cmp(&b.target));
     Ok(out)
 }
 
-fn yaml(summaries: &[Summary], objects: &[&Desired]) -> anyhow::Result<String> {
-    let mut text = String::new();
-    for s in summaries {
-        let _ = writeln!(text, "# {}", s.line);
+/// Summaries as comments, then every target's objects (control plane first,
+/// then clusters by name), each group under a comment naming it.
+fn write_yaml(out: &mut impl Write, rendered: &Rendered) -> std::io::Result<()> {
+    for s in &rendered.summaries {
+        writeln!(out, "# {}", s.line)?;
         for e in &s.explanations {
-            let _ = writeln!(text, "#   {e}");
+            writeln!(out, "#   {e}")?;
         }
     }
-    let mut current: Option<&Target> = None;
-    for d in objects {
-        if current != Some(&d.target) {
-            let _ = writeln!(
-                text,
-                "# ---- {}",
-                match &d.target {
-                    Target::ControlPlane => "control plane".to_string(),
-                    Target::Cluster(name) => format!("cluster {name}"),
-                }
-            );
-            current = Some(&d.target);
+    for (target, objects) in &rendered.objects {
+        match target {
+            Target::ControlPlane => writeln!(out, "# ---- control plane")?,
+            Target::Cluster(name) => writeln!(out, "# ---- cluster {name}")?,
         }
-        text.push_str("---\n");
-        text.push_str(
-            &serde_saphyr::to_string(&d.object).context("serializing an object to YAML")?,
-        );
+        for object in objects {
+            out.write_all(b"---\n")?;
+            out.write_all(object.as_bytes())?;
+        }
     }
-    Ok(text)
+    Ok(())
 }
 
-fn as_json(summaries: &[Summary], objects: &[&Desired]) -> Value {
-    let mut control_plane = Vec::new();
-    let mut clusters: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for d in objects {
-        match &d.target {
-            Target::ControlPlane => control_plane.push(d.object.clone()),
-            Target::Cluster(name) => clusters
-                .entry(name.clone())
-                .or_default()
-                .push(d.object.clone()),
+/// `{"summaries": [...], "controlPlane": [...], "clusters": {"<name>": [...]}}`.
+fn write_json(out: &mut impl Write, rendered: &Rendered) -> std::io::Result<()> {
+    let summaries: Vec<Value> = rendered
+        .summaries
+        .iter()
+        .map(|s| json!({ "summary": s.line, "notes": s.explanations }))
+        .collect();
+    let list = |out: &mut dyn Write, objects: Option<&Vec<String>>| -> std::io::Result<()> {
+        out.write_all(b"[")?;
+        for (i, object) in objects.into_iter().flatten().enumerate() {
+            if i > 0 {
+                out.write_all(b",\n")?;
+            }
+            out.write_all(object.as_bytes())?;
+        }
+        out.write_all(b"]")
+    };
+    let summaries = serde_json::to_string_pretty(&summaries).map_err(std::io::Error::other)?;
+    write!(out, "{{\n\"summaries\": {summaries},\n\"controlPlane\": ")?;
+    list(out, rendered.objects.get(&Target::ControlPlane))?;
+    out.write_all(b",\n\"clusters\": {")?;
+    let mut first = true;
+    for (target, objects) in &rendered.objects {
+        if let Target::Cluster(name) = target {
+            let sep = if first { "" } else { "," };
+            first = false;
+            let name = serde_json::to_string(name).map_err(std::io::Error::other)?;
+            write!(out, "{sep}\n{name}: ")?;
+            list(out, Some(objects))?;
         }
     }
-    json!({
-        "summaries": summaries.iter().map(|s| json!({ "summary": s.line, "notes": s.explanations })).collect::<Vec<_>>(),
-        "controlPlane": control_plane,
-        "clusters": clusters,
-    })
+    out.write_all(b"\n}\n}\n")
 }

@@ -141,7 +141,7 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
             replicas.extend(as_replica(&deployment, s));
         }
     }
-    print!("{out}");
+    crate::output::emit(&out)?;
     Ok(code)
 }
 

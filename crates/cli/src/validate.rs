@@ -6,6 +6,7 @@
 //! from `--old`, if any) → one report line per problem, or one JSON report.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -126,10 +127,10 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<Summary> {
     let reports = check_paths(&args.paths, &args.old)?;
     let summary = summarize(&reports);
     match args.output {
-        Format::Text => print_text(&reports, &summary),
+        Format::Text => crate::output::emit(&text_report(&reports, &summary))?,
         Format::Json => {
             let report = serde_json::json!({ "documents": reports, "summary": summary });
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::output::emit(&(serde_json::to_string_pretty(&report)? + "\n"))?;
         }
     }
     Ok(summary)
@@ -313,9 +314,10 @@ fn summarize(reports: &[DocumentReport]) -> Summary {
     s
 }
 
-fn print_text(reports: &[DocumentReport], summary: &Summary) {
-    print_problems(reports, true);
-    println!(
+fn text_report(reports: &[DocumentReport], summary: &Summary) -> String {
+    let mut out = problems(reports, true);
+    let _ = writeln!(
+        out,
         "{} documents: {} accepted, {} rejected, {} skipped{}; {} errors, {} warnings",
         summary.documents,
         summary.accepted,
@@ -329,10 +331,17 @@ fn print_text(reports: &[DocumentReport], summary: &Summary) {
         summary.errors,
         summary.warnings
     );
+    out
+}
+
+/// Prints one line per problem (and per skipped document when `skipped`).
+pub fn print_problems(reports: &[DocumentReport], skipped: bool) -> anyhow::Result<()> {
+    crate::output::emit(&problems(reports, skipped))
 }
 
 /// One line per problem (and per skipped document when `skipped`).
-pub fn print_problems(reports: &[DocumentReport], skipped: bool) {
+fn problems(reports: &[DocumentReport], skipped: bool) -> String {
+    let mut out = String::new();
     for r in reports {
         let object = format!("{}/{}", r.kind, r.name);
         let field = |p: &Located| {
@@ -345,20 +354,31 @@ pub fn print_problems(reports: &[DocumentReport], skipped: bool) {
         match r.status {
             "unreadable" => {
                 for e in &r.errors {
-                    println!("{}:{}: {}", r.file, e.line, e.message);
+                    let _ = writeln!(out, "{}:{}: {}", r.file, e.line, e.message);
                 }
             }
             "skipped" if !skipped => {}
-            "skipped" => println!(
-                "{}:{}: {object}: skipped: {} is not a Modelplane kind",
-                r.file, r.line, r.api_version
-            ),
+            "skipped" => {
+                let _ = writeln!(
+                    out,
+                    "{}:{}: {object}: skipped: {} is not a Modelplane kind",
+                    r.file, r.line, r.api_version
+                );
+            }
             _ => {
                 for e in &r.errors {
-                    println!("{}:{}: {object}: {}{}", r.file, e.line, field(e), e.message);
+                    let _ = writeln!(
+                        out,
+                        "{}:{}: {object}: {}{}",
+                        r.file,
+                        e.line,
+                        field(e),
+                        e.message
+                    );
                 }
                 for w in &r.warnings {
-                    println!(
+                    let _ = writeln!(
+                        out,
                         "{}:{}: {object}: {}warning: {}",
                         r.file,
                         w.line,
@@ -369,4 +389,5 @@ pub fn print_problems(reports: &[DocumentReport], skipped: bool) {
             }
         }
     }
+    out
 }

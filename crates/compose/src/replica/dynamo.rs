@@ -42,14 +42,18 @@ fn model_express() -> Vec<Value> {
 fn clique(name: &str, role: &str, mut pod: PodPlan) -> Value {
     pod.labels
         .insert(labels::KAI_QUEUE_LABEL.into(), json!(labels::KAI_QUEUE));
-    let template = pod.template(&[("schedulerName", json!(labels::KAI_SCHEDULER_NAME))]);
+    let template = pod.into_template(vec![("schedulerName", json!(labels::KAI_SCHEDULER_NAME))]);
+    let Value::Object(mut template) = template else {
+        return Value::Null;
+    };
     let mut clique = Map::new();
     clique.insert("name".into(), json!(name));
-    if let Some(labels) = template.pointer("/metadata/labels") {
-        clique.insert("labels".into(), labels.clone());
-    }
-    if let Some(annotations) = template.pointer("/metadata/annotations") {
-        clique.insert("annotations".into(), annotations.clone());
+    if let Some(Value::Object(mut metadata)) = template.remove("metadata") {
+        for key in ["labels", "annotations"] {
+            if let Some(v) = metadata.remove(key) {
+                clique.insert(key.into(), v);
+            }
+        }
     }
     clique.insert(
         "spec".into(),
@@ -57,28 +61,33 @@ fn clique(name: &str, role: &str, mut pod: PodPlan) -> Value {
             "roleName": role,
             "replicas": 1,
             "minAvailable": 1,
-            "podSpec": template["spec"],
+            "podSpec": template.remove("spec").unwrap_or_default(),
         }),
     );
     Value::Object(clique)
 }
 
 impl StackComposer for Dynamo {
-    fn workload(&self, plan: &EnginePlan) -> Desired {
+    fn workload(&self, plan: EnginePlan) -> Desired {
+        let EnginePlan {
+            replica,
+            cluster,
+            workload_name,
+            copies,
+            shape,
+        } = plan;
         let mut template = Map::new();
-        match &plan.shape {
-            Shape::Standalone(pod) => {
-                let mut pod = pod.clone();
+        match shape {
+            Shape::Standalone(mut pod) => {
                 prepend_env(pod.engine(), model_express());
-                pod.labels
-                    .insert(labels::SERVING.into(), json!(plan.replica));
+                pod.labels.insert(labels::SERVING.into(), json!(replica));
                 template.insert(
                     "cliques".into(),
                     json!([clique(STANDALONE, STANDALONE, pod)]),
                 );
             }
             Shape::Gang {
-                leader,
+                mut leader,
                 worker,
                 nodes,
             } => {
@@ -90,15 +99,12 @@ impl StackComposer for Dynamo {
                     vars.extend(model_express());
                     vars
                 };
-                let mut leader = leader.clone();
                 prepend_env(leader.engine(), gang_env(0));
-                leader
-                    .labels
-                    .insert(labels::SERVING.into(), json!(plan.replica));
+                leader.labels.insert(labels::SERVING.into(), json!(replica));
                 let mut cliques = vec![clique(LEADER, LEADER, leader)];
                 let mut names = vec![json!(LEADER)];
-                for rank in 1..=*nodes {
-                    let mut pod = (**worker).clone();
+                for rank in 1..=nodes {
+                    let mut pod = (*worker).clone();
                     prepend_env(pod.engine(), gang_env(rank));
                     let name = format!("w{rank}");
                     cliques.push(clique(&name, "worker", pod));
@@ -115,14 +121,14 @@ impl StackComposer for Dynamo {
             "apiVersion": "grove.io/v1alpha1",
             "kind": "PodCliqueSet",
             "metadata": {
-                "name": plan.workload_name,
+                "name": workload_name,
                 "namespace": labels::WORKLOAD_NAMESPACE,
                 "labels": { labels::KAI_QUEUE_LABEL: labels::KAI_QUEUE },
             },
-            "spec": { "replicas": plan.copies, "template": template },
+            "spec": { "replicas": copies, "template": template },
         });
         Desired {
-            target: Target::Cluster(plan.cluster.clone()),
+            target: Target::Cluster(cluster),
             object,
             ready_when: ReadinessRule::ReplicasAvailable,
         }

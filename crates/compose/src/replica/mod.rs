@@ -78,7 +78,7 @@ impl EnginePlan {
 /// One serving stack's way of running an engine.
 pub trait StackComposer {
     /// The workload object for one engine.
-    fn workload(&self, plan: &EnginePlan) -> Desired;
+    fn workload(&self, plan: EnginePlan) -> Desired;
 }
 
 /// The name of an engine's workload on `stack`.
@@ -251,7 +251,7 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
 
     let composer = composer(stack);
     let mut workloads = Vec::new();
-    for (engine, plan) in replica.spec.engines.iter().zip(&plans) {
+    for (engine, plan) in replica.spec.engines.iter().zip(plans) {
         for member in &engine.members {
             out.desired.extend(claim_template(
                 &cluster_name,
@@ -260,8 +260,8 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
                 member,
             ));
         }
-        out.desired.push(composer.workload(plan));
         workloads.push(plan.workload_name.clone());
+        out.desired.push(composer.workload(plan));
     }
     out.desired.extend(routing::routing_objects(
         &cluster_name,

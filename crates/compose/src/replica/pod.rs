@@ -30,35 +30,34 @@ impl PodPlan {
 
     /// The pod template as JSON; `extra_spec` fields (e.g. `schedulerName`)
     /// come first in the pod spec.
-    pub fn template(&self, extra_spec: &[(&str, Value)]) -> Value {
+    pub fn into_template(self, extra_spec: Vec<(&str, Value)>) -> Value {
+        let PodPlan {
+            labels,
+            annotations,
+            containers,
+            spec: mut rest,
+        } = self;
+        let volumes = rest.remove("volumes");
         let mut spec = Map::new();
         for (k, v) in extra_spec {
-            spec.insert((*k).to_string(), v.clone());
+            spec.insert(k.to_string(), v);
         }
-        for (k, v) in &self.spec {
-            if k == "volumes" {
-                continue;
-            }
-            spec.insert(k.clone(), v.clone());
-        }
+        spec.extend(rest);
         spec.insert(
             "containers".into(),
-            Value::Array(self.containers.iter().cloned().map(Value::Object).collect()),
+            Value::Array(containers.into_iter().map(Value::Object).collect()),
         );
-        if let Some(volumes) = self.spec.get("volumes") {
-            spec.insert("volumes".into(), volumes.clone());
+        if let Some(volumes) = volumes {
+            spec.insert("volumes".into(), volumes);
+        }
+        let mut metadata = Map::new();
+        if !labels.is_empty() {
+            metadata.insert("labels".into(), Value::Object(labels));
+        }
+        if !annotations.is_empty() {
+            metadata.insert("annotations".into(), Value::Object(annotations));
         }
         let mut template = Map::new();
-        let mut metadata = Map::new();
-        if !self.labels.is_empty() {
-            metadata.insert("labels".into(), Value::Object(self.labels.clone()));
-        }
-        if !self.annotations.is_empty() {
-            metadata.insert(
-                "annotations".into(),
-                Value::Object(self.annotations.clone()),
-            );
-        }
         if !metadata.is_empty() {
             template.insert("metadata".into(), Value::Object(metadata));
         }

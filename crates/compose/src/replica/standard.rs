@@ -12,27 +12,32 @@ use crate::{Desired, ReadinessRule, Target};
 pub struct Standard;
 
 impl StackComposer for Standard {
-    fn workload(&self, plan: &EnginePlan) -> Desired {
-        let object = match &plan.shape {
-            Shape::Standalone(pod) => {
-                let mut pod = pod.clone();
+    fn workload(&self, plan: EnginePlan) -> Desired {
+        let EnginePlan {
+            replica,
+            cluster,
+            workload_name,
+            copies,
+            shape,
+        } = plan;
+        let object = match shape {
+            Shape::Standalone(mut pod) => {
+                pod.labels.insert(labels::SERVING.into(), json!(replica));
                 pod.labels
-                    .insert(labels::SERVING.into(), json!(plan.replica));
-                pod.labels
-                    .insert(labels::WORKLOAD.into(), json!(plan.workload_name));
+                    .insert(labels::WORKLOAD.into(), json!(workload_name));
                 json!({
                     "apiVersion": "apps/v1",
                     "kind": "Deployment",
-                    "metadata": { "name": plan.workload_name, "namespace": labels::WORKLOAD_NAMESPACE },
+                    "metadata": { "name": workload_name, "namespace": labels::WORKLOAD_NAMESPACE },
                     "spec": {
-                        "replicas": plan.copies,
-                        "selector": { "matchLabels": { labels::WORKLOAD: plan.workload_name } },
-                        "template": pod.template(&[]),
+                        "replicas": copies,
+                        "selector": { "matchLabels": { labels::WORKLOAD: workload_name } },
+                        "template": pod.into_template(Vec::new()),
                     },
                 })
             }
             Shape::Gang {
-                leader,
+                mut leader,
                 worker,
                 nodes,
             } => {
@@ -42,33 +47,30 @@ impl StackComposer for Standard {
                         env(labels::RANK_ENV, "$(LWS_WORKER_INDEX)"),
                     ]
                 };
-                let mut leader = leader.clone();
                 prepend_env(leader.engine(), aliases());
-                leader
-                    .labels
-                    .insert(labels::SERVING.into(), json!(plan.replica));
+                leader.labels.insert(labels::SERVING.into(), json!(replica));
                 leader
                     .labels
                     .insert(labels::LWS_ROLE.into(), json!("leader"));
-                let mut worker = (**worker).clone();
+                let mut worker = *worker;
                 prepend_env(worker.engine(), aliases());
                 json!({
                     "apiVersion": "leaderworkerset.x-k8s.io/v1",
                     "kind": "LeaderWorkerSet",
-                    "metadata": { "name": plan.workload_name, "namespace": labels::WORKLOAD_NAMESPACE },
+                    "metadata": { "name": workload_name, "namespace": labels::WORKLOAD_NAMESPACE },
                     "spec": {
-                        "replicas": plan.copies,
+                        "replicas": copies,
                         "leaderWorkerTemplate": {
                             "size": 1 + nodes,
-                            "leaderTemplate": leader.template(&[]),
-                            "workerTemplate": worker.template(&[]),
+                            "leaderTemplate": leader.into_template(Vec::new()),
+                            "workerTemplate": worker.into_template(Vec::new()),
                         },
                     },
                 })
             }
         };
         Desired {
-            target: Target::Cluster(plan.cluster.clone()),
+            target: Target::Cluster(cluster),
             object,
             ready_when: ReadinessRule::ConditionTrue("Available".into()),
         }

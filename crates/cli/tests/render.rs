@@ -1,0 +1,93 @@
+//! `modelplane render` end to end: the examples fleet rendered as the
+//! controllers would create it (golden), the cluster filter and JSON output.
+//! Regenerate with `INSTA_UPDATE=always cargo test -p modelplane --test render`.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn modelplane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_modelplane"))
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .args(args)
+        .output()
+        .expect("the modelplane binary runs")
+}
+
+#[test]
+fn render_prints_every_object_of_the_examples_grouped_by_target() {
+    let args = ["render", "-f", "examples/"];
+    let out = modelplane(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.starts_with(
+            "# ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-west (Dynamo)\n"
+        ),
+        "{text}"
+    );
+    for section in [
+        "# ---- control plane",
+        "# ---- cluster us-east",
+        "# ---- cluster us-west",
+    ] {
+        assert!(text.contains(section), "{section} missing");
+    }
+    // Every document parses back as YAML.
+    let docs = modelplane_api_yaml_docs(&text);
+    assert!(docs >= 20, "{docs} documents");
+    insta::with_settings!({
+        snapshot_path => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/render/examples"),
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+        description => "modelplane render -f examples/",
+    }, {
+        insta::assert_snapshot!("output", text);
+    });
+}
+
+fn modelplane_api_yaml_docs(text: &str) -> usize {
+    text.split("\n---\n")
+        .filter(|d| d.contains("apiVersion:"))
+        .count()
+}
+
+#[test]
+fn the_cluster_filter_keeps_only_that_clusters_objects() {
+    let out = modelplane(&["render", "-f", "examples/", "--cluster", "us-west"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("# ---- cluster us-west"));
+    assert!(!text.contains("# ---- cluster us-east") && !text.contains("# ---- control plane"));
+    assert!(text.contains("kind: PodCliqueSet") && !text.contains("kind: LeaderWorkerSet"));
+    let out = modelplane(&["render", "-f", "examples/", "--cluster", "nowhere"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no InferenceCluster nowhere"));
+}
+
+#[test]
+fn json_output_groups_objects_by_target() {
+    let out = modelplane(&["render", "-f", "examples/", "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["summaries"].as_array().map(Vec::len), Some(2));
+    assert!(
+        v["controlPlane"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(|o| o["kind"] == "ModelReplica"))
+    );
+    assert!(
+        v["clusters"]["us-east"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|o| o["kind"] == "LeaderWorkerSet"))
+    );
+    assert!(
+        v["clusters"]["us-west"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|o| o["kind"] == "PodCliqueSet"))
+    );
+}
