@@ -106,26 +106,86 @@ struct Rendered {
 /// Serializes one object in the output format.
 fn serialize(object: &Value, format: Format) -> anyhow::Result<String> {
     Ok(match format {
-        Format::Yaml => serde_saphyr::to_string(object).context("serializing an object to YAML")?,
+        Format::Yaml => crate::output::to_yaml(object),
         Format::Json => serde_json::to_string_pretty(object)?,
     })
+}
+
+/// Serializes the objects `keep` accepts into their target's list.
+fn add(
+    objects: &mut BTreeMap<Target, Vec<String>>,
+    desired: &[Desired],
+    format: Format,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
+) -> anyhow::Result<()> {
+    for d in desired.iter().filter(|d| keep(&d.target)) {
+        objects
+            .entry(d.target.clone())
+            .or_default()
+            .push(serialize(&d.object, format)?);
+    }
+    Ok(())
+}
+
+/// Composes each replica on its cluster and serializes the objects. Runs on
+/// its own thread while the main one schedules the next deployments: on two
+/// cores the two halves of a render overlap.
+fn compose_on_clusters(
+    replicas: std::sync::mpsc::Receiver<ModelReplica>,
+    by_name: &BTreeMap<&str, &InferenceCluster>,
+    format: Format,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
+) -> anyhow::Result<BTreeMap<Target, Vec<String>>> {
+    let mut objects = BTreeMap::new();
+    let no_workloads = BTreeMap::new();
+    for replica in replicas {
+        let cluster = by_name.get(replica.spec.cluster_name.as_str()).copied();
+        let on_cluster = compose_model_replica(ReplicaInputs {
+            replica: &replica,
+            cluster,
+            observed: &no_workloads,
+        });
+        add(&mut objects, &on_cluster.desired, format, keep)?;
+    }
+    Ok(objects)
 }
 
 fn render(
     fleet: &Fleet,
     format: Format,
-    keep: &dyn Fn(&Target) -> bool,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
+) -> anyhow::Result<Rendered> {
+    let by_name: BTreeMap<&str, &InferenceCluster> = fleet
+        .clusters
+        .iter()
+        .map(|c| (c.metadata.name.as_deref().unwrap_or_default(), c))
+        .collect();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let worker = scope.spawn(|| compose_on_clusters(rx, &by_name, format, keep));
+        let mut rendered = place_deployments(fleet, &by_name, tx, format, keep)?;
+        let cluster_objects = worker
+            .join()
+            .map_err(|_| anyhow::anyhow!("the composing thread panicked"))??;
+        rendered.objects.extend(cluster_objects);
+        Ok(rendered)
+    })
+}
+
+/// Schedules and composes every deployment; sends each ModelReplica to be
+/// composed on its cluster.
+fn place_deployments(
+    fleet: &Fleet,
+    by_name: &BTreeMap<&str, &InferenceCluster>,
+    to_clusters: std::sync::mpsc::Sender<ModelReplica>,
+    format: Format,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
 ) -> anyhow::Result<Rendered> {
     let mut interner = DeviceInterner::default();
     let views: Vec<Cluster> = fleet
         .clusters
         .iter()
         .map(|c| cluster_view(c, &fleet.classes, &mut interner))
-        .collect();
-    let by_name: BTreeMap<&str, &InferenceCluster> = fleet
-        .clusters
-        .iter()
-        .map(|c| (c.metadata.name.as_deref().unwrap_or_default(), c))
         .collect();
     let mut replicas: Vec<ExistingReplica> = fleet
         .replicas
@@ -140,18 +200,7 @@ fn render(
         objects: BTreeMap::new(),
         held: false,
     };
-    let add =
-        |objects: &mut BTreeMap<Target, Vec<String>>, desired: &[Desired]| -> anyhow::Result<()> {
-            for d in desired.iter().filter(|d| keep(&d.target)) {
-                objects
-                    .entry(d.target.clone())
-                    .or_default()
-                    .push(serialize(&d.object, format)?);
-            }
-            Ok(())
-        };
     let ready = Default::default();
-    let no_workloads = BTreeMap::new();
     for md in deployments {
         let (deployment, _, note) = deployment_view(md, &fleet.caches);
         let cache = match &md.spec.template.spec.model_cache_ref {
@@ -201,13 +250,9 @@ fn render(
                 .map(|c| format!("{:?}", c.spec.stack()))
                 .unwrap_or_default();
             placed.push(format!("{} ({stack})", replica.spec.cluster_name));
-            let on_cluster = compose_model_replica(ReplicaInputs {
-                replica: &replica,
-                cluster,
-                observed: &no_workloads,
-            });
-            add(&mut out.objects, &on_cluster.desired)?;
-            composed.push(replica);
+            composed.push(ExistingReplica::from_resource(&replica));
+            // The composing thread only stops early on an error of its own.
+            let _ = to_clusters.send(replica);
         }
         let requested = md.spec.replicas;
         summary.line = format!(
@@ -246,8 +291,8 @@ fn render(
                 && r.namespace == deployment.namespace
         };
         replicas.retain(|r| !own(r));
-        replicas.extend(composed.iter().map(ExistingReplica::from_resource));
-        add(&mut out.objects, &composition.desired)?;
+        replicas.extend(composed);
+        add(&mut out.objects, &composition.desired, format, keep)?;
         out.summaries.push(summary);
     }
     Ok(out)

@@ -91,3 +91,21 @@ fn json_output_groups_objects_by_target() {
             .is_some_and(|a| a.iter().any(|o| o["kind"] == "PodCliqueSet"))
     );
 }
+
+#[test]
+fn yaml_and_json_outputs_carry_the_same_objects() {
+    let yaml = modelplane(&["render", "-f", "examples/"]);
+    let json = modelplane(&["render", "-f", "examples/", "-o", "json"]);
+    let docs =
+        modelplane_api::validation::yaml::parse_documents(&String::from_utf8_lossy(&yaml.stdout))
+            .expect("valid YAML");
+    let from_yaml: Vec<serde_json::Value> = docs.into_iter().map(|d| d.value).collect();
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let mut from_json: Vec<serde_json::Value> =
+        v["controlPlane"].as_array().cloned().unwrap_or_default();
+    for objects in v["clusters"].as_object().expect("clusters").values() {
+        from_json.extend(objects.as_array().cloned().unwrap_or_default());
+    }
+    assert_eq!(from_yaml.len(), from_json.len());
+    assert_eq!(from_yaml, from_json);
+}
