@@ -4,12 +4,10 @@
 use std::collections::BTreeMap;
 
 use anyhow::Context;
-use modelplane_api::names;
 use modelplane_api::types::{
     InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
 };
-use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
-use modelplane_scheduler::{Cluster, Deployment, DeviceInterner, ExistingReplica, Schedule};
+use modelplane_scheduler::{Cluster, Deployment, DeviceInterner, ExistingReplica};
 use serde_json::Value;
 
 use crate::validate::{check_paths, print_problems};
@@ -32,6 +30,25 @@ pub struct Fleet {
     pub replicas: Vec<ModelReplica>,
     /// ModelDeployments.
     pub deployments: Vec<ModelDeployment>,
+}
+
+impl Fleet {
+    /// The scheduler's view of every cluster (see [`cluster_view`]).
+    pub fn cluster_views(&self) -> Vec<Cluster> {
+        let mut interner = DeviceInterner::default();
+        self.clusters
+            .iter()
+            .map(|c| cluster_view(c, &self.classes, &mut interner))
+            .collect()
+    }
+
+    /// The scheduler's view of every existing ModelReplica.
+    pub fn existing_replicas(&self) -> Vec<ExistingReplica> {
+        self.replicas
+            .iter()
+            .map(ExistingReplica::from_resource)
+            .collect()
+    }
 }
 
 fn typed<T: serde::de::DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
@@ -92,40 +109,6 @@ pub fn key(namespace: &Option<String>, name: &Option<String>) -> String {
         namespace.as_deref().unwrap_or("default"),
         name.as_deref().unwrap_or_default()
     )
-}
-
-/// A placement as the ModelReplica the controller would create.
-pub fn as_replica(d: &Deployment, s: &Schedule) -> Vec<ExistingReplica> {
-    s.placements
-        .iter()
-        .map(|p| ExistingReplica {
-            namespace: d.namespace.clone(),
-            name: names::replica_name(&d.name, &p.cluster, u32::try_from(p.index).unwrap_or(0)),
-            deployment: Some(d.name.clone()),
-            index: p.index,
-            cluster: p.cluster.clone(),
-            engines: p
-                .engines
-                .iter()
-                .zip(&d.engines)
-                .map(|(e, spec)| ReplicaEngine {
-                    name: e.name.clone(),
-                    copies: spec.copies,
-                    members: e
-                        .members
-                        .iter()
-                        .zip(&spec.members)
-                        .map(|(m, ms)| ReplicaMember {
-                            role: m.role,
-                            pods: ms.pods,
-                            pool: m.pool.clone(),
-                            claims: !m.device_requests.is_empty(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
-        .collect()
 }
 
 /// The scheduler's deployment, whether it may place new replicas, and a note.

@@ -17,10 +17,10 @@ use modelplane_compose::{
     CacheLookup, DeploymentInputs, Desired, ReplicaInputs, Target, compose_model_deployment,
     compose_model_replica,
 };
-use modelplane_scheduler::{Cluster, DeviceInterner, ExistingReplica, Options, schedule};
+use modelplane_scheduler::{Cluster, ExistingReplica, Options, schedule};
 use serde_json::{Value, json};
 
-use crate::fleet::{Fleet, cluster_view, deployment_view, key, load};
+use crate::fleet::{Fleet, deployment_view, key, load};
 
 /// Output format of `render`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -181,17 +181,8 @@ fn place_deployments(
     format: Format,
     keep: &(dyn Fn(&Target) -> bool + Sync),
 ) -> anyhow::Result<Rendered> {
-    let mut interner = DeviceInterner::default();
-    let views: Vec<Cluster> = fleet
-        .clusters
-        .iter()
-        .map(|c| cluster_view(c, &fleet.classes, &mut interner))
-        .collect();
-    let mut replicas: Vec<ExistingReplica> = fleet
-        .replicas
-        .iter()
-        .map(ExistingReplica::from_resource)
-        .collect();
+    let views: Vec<Cluster> = fleet.cluster_views();
+    let mut replicas: Vec<ExistingReplica> = fleet.existing_replicas();
     let mut deployments: Vec<&ModelDeployment> = fleet.deployments.iter().collect();
     deployments.sort_by_key(|d| key(&d.metadata.namespace, &d.metadata.name));
 

@@ -13,12 +13,12 @@ use anyhow::bail;
 use clap::{Args, ValueEnum};
 use modelplane_api::types::ModelDeployment;
 use modelplane_scheduler::{
-    Cluster, Deployment, DeviceInterner, DeviceMiss, DropReason, ExistingReplica, Explanation,
-    Hold, Options, Reason, Schedule, schedule,
+    Cluster, Deployment, DeviceMiss, DropReason, ExistingReplica, Explanation, Hold, Options,
+    Reason, Schedule, schedule,
 };
 use serde_json::Value;
 
-use crate::fleet::{Fleet, as_replica, cluster_view, deployment_view, key, load};
+use crate::fleet::{Fleet, deployment_view, key, load};
 
 /// Output format of `schedule`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -90,17 +90,8 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
         );
     }
 
-    let mut interner = DeviceInterner::default();
-    let clusters: Vec<Cluster> = fleet
-        .clusters
-        .iter()
-        .map(|c| cluster_view(c, &fleet.classes, &mut interner))
-        .collect();
-    let mut replicas: Vec<ExistingReplica> = fleet
-        .replicas
-        .iter()
-        .map(ExistingReplica::from_resource)
-        .collect();
+    let clusters: Vec<Cluster> = fleet.cluster_views();
+    let mut replicas: Vec<ExistingReplica> = fleet.existing_replicas();
 
     let mut code = 0;
     let mut out = String::new();
@@ -138,7 +129,11 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
                     && r.namespace == deployment.namespace
             };
             replicas.retain(|r| !own(r));
-            replicas.extend(as_replica(&deployment, s));
+            replicas.extend(
+                s.placements
+                    .iter()
+                    .map(|p| ExistingReplica::from_placement(&deployment, p)),
+            );
         }
     }
     crate::output::emit(&out)?;

@@ -355,6 +355,45 @@ pub fn parse_index(text: &str) -> Option<i64> {
 }
 
 impl ExistingReplica {
+    /// The replica a placement of `deployment` becomes, as the scheduler
+    /// will see it once created (named as ModelDeployment composition names it).
+    pub fn from_placement(
+        deployment: &Deployment,
+        placement: &crate::Placement,
+    ) -> ExistingReplica {
+        ExistingReplica {
+            namespace: deployment.namespace.clone(),
+            name: modelplane_api::names::replica_name(
+                &deployment.name,
+                &placement.cluster,
+                u32::try_from(placement.index).unwrap_or(0),
+            ),
+            deployment: Some(deployment.name.clone()),
+            index: placement.index,
+            cluster: placement.cluster.clone(),
+            engines: placement
+                .engines
+                .iter()
+                .zip(&deployment.engines)
+                .map(|(placed, spec)| ReplicaEngine {
+                    name: placed.name.clone(),
+                    copies: spec.copies,
+                    members: placed
+                        .members
+                        .iter()
+                        .zip(&spec.members)
+                        .map(|(m, member)| ReplicaMember {
+                            role: m.role,
+                            pods: member.pods,
+                            pool: m.pool.clone(),
+                            claims: !m.device_requests.is_empty(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
     /// Builds the scheduler's view of a ModelReplica.
     pub fn from_resource(replica: &ModelReplica) -> ExistingReplica {
         let labels = replica.metadata.labels.clone().unwrap_or_default();

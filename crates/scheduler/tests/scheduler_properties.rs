@@ -6,7 +6,6 @@ use std::collections::HashMap;
 
 use common::*;
 use modelplane_api::types::Role;
-use modelplane_scheduler::model::{ReplicaEngine, ReplicaMember};
 use modelplane_scheduler::{Cluster, Deployment, ExistingReplica, Options, Schedule, schedule};
 use proptest::prelude::*;
 
@@ -134,33 +133,7 @@ fn build(w: &World) -> (Deployment, Vec<Cluster>, Vec<ExistingReplica>) {
 fn as_replicas(d: &Deployment, s: &Schedule) -> Vec<ExistingReplica> {
     s.placements
         .iter()
-        .map(|p| ExistingReplica {
-            namespace: d.namespace.clone(),
-            name: modelplane_api::names::replica_name(&d.name, &p.cluster, p.index as u32),
-            deployment: Some(d.name.clone()),
-            index: p.index,
-            cluster: p.cluster.clone(),
-            engines: p
-                .engines
-                .iter()
-                .zip(&d.engines)
-                .map(|(e, spec)| ReplicaEngine {
-                    name: e.name.clone(),
-                    copies: spec.copies,
-                    members: e
-                        .members
-                        .iter()
-                        .zip(&spec.members)
-                        .map(|(m, ms)| ReplicaMember {
-                            role: m.role,
-                            pods: ms.pods,
-                            pool: m.pool.clone(),
-                            claims: !m.device_requests.is_empty(),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        })
+        .map(|p| ExistingReplica::from_placement(d, p))
         .collect()
 }
 
