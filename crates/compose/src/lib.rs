@@ -11,14 +11,22 @@
 //! objects, byte for byte.
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod deployment;
+pub mod endpoint;
+pub mod gateway;
 pub mod replica;
+pub mod service;
 
 use serde::Serialize;
 use serde_json::Value;
 
+pub use cache::{CacheInputs, Staging, Token, compose_model_cache};
 pub use deployment::{CacheLookup, DeploymentInputs, compose_model_deployment};
+pub use endpoint::{EndpointInputs, compose_model_endpoint};
+pub use gateway::{GatewayInputs, compose_inference_gateway};
 pub use replica::{ReplicaInputs, compose_model_replica};
+pub use service::{ServiceInputs, compose_model_service};
 
 /// Where a desired object is applied.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -39,6 +47,13 @@ pub enum ReadinessRule {
     ConditionTrue(String),
     /// When `status.availableReplicas` reaches `spec.replicas` (Grove).
     ReplicasAvailable,
+    /// When the field at this JSON pointer has this value (e.g. a PVC `Bound`).
+    FieldEquals {
+        /// JSON pointer into the object, e.g. `/status/phase`.
+        path: String,
+        /// The value it must have.
+        value: String,
+    },
 }
 
 /// One object Modelplane wants to exist.

@@ -1,0 +1,263 @@
+//! ModelCache → per matched cluster a PVC, a hydration Job and, for gated
+//! repositories, a token Secret (`behavior.md` §7; plain manifests on each
+//! cluster, DECISIONS §E).
+//!
+//! Data flow: the cache's selector picks clusters; a cluster counts once it
+//! is reachable and publishes an RWX storage class; each cluster's phase is
+//! read from what is observed there (PVC bound, Job complete or failed); the
+//! Job and Secret are composed until that cluster is Ready.
+
+use std::collections::BTreeMap;
+
+use modelplane_api::labels;
+use modelplane_api::names;
+use modelplane_api::types::{CachePhase, InferenceCluster, ModelCache};
+use serde_json::{Value, json};
+
+use crate::{Composition, Condition, Desired, Event, EventType, ReadinessRule, Target};
+
+/// What is observed of a cache on one cluster.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Staging {
+    /// The PVC exists.
+    pub pvc_observed: bool,
+    /// The PVC is `Bound`.
+    pub pvc_bound: bool,
+    /// The Job has `Complete=True`.
+    pub job_complete: bool,
+    /// The Job has `Failed=True`.
+    pub job_failed: bool,
+}
+
+/// The Hugging Face token for a gated repository.
+#[derive(Clone, Copy, Debug)]
+pub enum Token<'a> {
+    /// The cache has no `authSecret`.
+    NotNeeded,
+    /// The Secret has not been looked up yet.
+    Unresolved,
+    /// The Secret or its key is missing or empty.
+    Missing,
+    /// The key's value, base64 as stored in the Secret.
+    Found(&'a str),
+}
+
+/// What composing a ModelCache reads.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheInputs<'a> {
+    /// The cache.
+    pub cache: &'a ModelCache,
+    /// Every InferenceCluster; `None` when not read yet.
+    pub clusters: Option<&'a [InferenceCluster]>,
+    /// The token, when the repository is gated.
+    pub token: Token<'a>,
+    /// What is observed on each cluster, by cluster name.
+    pub observed: &'a BTreeMap<String, Staging>,
+    /// The cache's own last published phases, by cluster (Ready latches).
+    pub previous: &'a BTreeMap<String, CachePhase>,
+    /// The cache was Ready before this pass.
+    pub was_ready: bool,
+}
+
+/// The storage class a cluster publishes for caches, once it is reachable.
+fn storage_class(cluster: &InferenceCluster) -> Option<&str> {
+    let status = cluster.status.as_ref()?;
+    status.provider_config_ref.as_ref()?.name.as_ref()?;
+    status
+        .cache
+        .as_ref()?
+        .storage_class_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+}
+
+fn script(repo: &str, revision: Option<&str>) -> String {
+    let revision = revision
+        .map(|r| format!(" --revision {r}"))
+        .unwrap_or_default();
+    format!(
+        "set -e\nif [ -f /mnt/artifact/.modelplane-hydrated ]; then exit 0; fi\npip install --quiet huggingface_hub\nhf download {repo}{revision} --local-dir /mnt/artifact\ntouch /mnt/artifact/.modelplane-hydrated\n"
+    )
+}
+
+/// Composes a ModelCache.
+pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
+    let cache = inputs.cache;
+    let mut out = Composition::default();
+    let (Some(clusters), false) = (inputs.clusters, matches!(inputs.token, Token::Unresolved))
+    else {
+        // Not everything is known yet: keep what exists.
+        out.hold = true;
+        return out;
+    };
+    let name = cache.metadata.name.clone().unwrap_or_default();
+    let namespace = cache.metadata.namespace.clone().unwrap_or_default();
+    let Some(hf) = &cache.spec.hugging_face else {
+        out.hold = true;
+        return out;
+    };
+    let selector = cache.spec.cluster_selector.clone().unwrap_or_default();
+    let matched: Vec<(&str, &str)> = clusters
+        .iter()
+        .filter(|c| selector.matches(c.metadata.labels.as_ref().unwrap_or(&Default::default())))
+        .filter_map(|c| Some((c.metadata.name.as_deref()?, storage_class(c)?)))
+        .collect();
+    if matched.is_empty() {
+        out.conditions
+            .push(Condition::new("ClustersMatched", false, "NoClusters", ""));
+        out.conditions
+            .push(Condition::new("ArtifactReady", false, "NoClusters", ""));
+        out.status = Some(json!({ "summary": { "ready": "0/0" }, "clusters": [] }));
+        return out;
+    }
+    let pvc = names::cache_pvc_name(&namespace, &name);
+    let secret = names::cache_auth_secret_name(&namespace, &name);
+    let job = names::cache_job_name(&namespace, &name);
+    let key = hf
+        .auth_secret
+        .as_ref()
+        .and_then(|a| a.key.clone())
+        .unwrap_or_else(|| "HF_TOKEN".into());
+    let token = match inputs.token {
+        Token::Found(t) if !t.is_empty() => Some(t),
+        _ => None,
+    };
+    let auth_missing =
+        matches!(inputs.token, Token::Missing) || matches!(inputs.token, Token::Found(""));
+    let cache_label = json!({ labels::MODEL_CACHE: name });
+
+    let mut phases = Vec::new();
+    for (cluster, class) in &matched {
+        let seen = inputs.observed.get(*cluster).copied().unwrap_or_default();
+        let latched = inputs.previous.get(*cluster) == Some(&CachePhase::Ready);
+        let phase = if seen.job_failed {
+            CachePhase::Failed
+        } else if seen.pvc_bound && (seen.job_complete || latched) {
+            CachePhase::Ready
+        } else if seen.pvc_bound {
+            CachePhase::Hydrating
+        } else {
+            CachePhase::Pending
+        };
+        let target = Target::Cluster((*cluster).to_string());
+        out.desired.push(Desired {
+            target: target.clone(),
+            object: json!({
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": { "name": pvc, "namespace": labels::WORKLOAD_NAMESPACE, "labels": cache_label },
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    "storageClassName": class,
+                    "resources": { "requests": { "storage": format!("{}Gi", hf.size_gib) } },
+                },
+            }),
+            ready_when: ReadinessRule::FieldEquals {
+                path: "/status/phase".into(),
+                value: "Bound".into(),
+            },
+        });
+        if phase != CachePhase::Ready && !auth_missing {
+            if let Some(token) = token {
+                out.desired.push(Desired {
+                    target: target.clone(),
+                    object: json!({
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "metadata": { "name": secret, "namespace": labels::WORKLOAD_NAMESPACE, "labels": cache_label },
+                        "data": { key.clone(): token },
+                    }),
+                    ready_when: ReadinessRule::Created,
+                });
+            }
+            let env: Vec<Value> = if token.is_some() {
+                vec![
+                    json!({ "name": "HF_TOKEN", "valueFrom": { "secretKeyRef": { "name": secret, "key": key } } }),
+                ]
+            } else {
+                Vec::new()
+            };
+            out.desired.push(Desired {
+                target,
+                object: json!({
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": { "name": job, "namespace": labels::WORKLOAD_NAMESPACE, "labels": cache_label },
+                    "spec": {
+                        "backoffLimit": 3,
+                        "ttlSecondsAfterFinished": 180,
+                        "template": {
+                            "metadata": { "labels": cache_label },
+                            "spec": {
+                                "restartPolicy": "OnFailure",
+                                "containers": [{
+                                    "name": "hydrate",
+                                    "image": "python:3.11-slim",
+                                    "command": ["/bin/sh", "-c", script(&hf.repo, hf.revision.as_deref())],
+                                    "env": env,
+                                    "volumeMounts": [{ "name": "artifact", "mountPath": "/mnt/artifact" }],
+                                }],
+                                "volumes": [{ "name": "artifact", "persistentVolumeClaim": { "claimName": pvc } }],
+                            },
+                        },
+                    },
+                }),
+                ready_when: ReadinessRule::ConditionTrue("Complete".into()),
+            });
+        }
+        phases.push(((*cluster).to_string(), phase));
+    }
+
+    let ready = phases
+        .iter()
+        .filter(|(_, p)| *p == CachePhase::Ready)
+        .count();
+    let n = phases.len();
+    out.status = Some(json!({
+        "summary": { "ready": format!("{ready}/{n}") },
+        "clusters": phases.iter().map(|(c, p)| json!({ "name": c, "phase": p })).collect::<Vec<_>>(),
+    }));
+    out.conditions
+        .push(Condition::new("ClustersMatched", true, "Matched", ""));
+    let names: Vec<&str> = matched.iter().map(|(c, _)| *c).collect();
+    out.conditions.push(if auth_missing && ready < n {
+        let auth = hf
+            .auth_secret
+            .as_ref()
+            .map(|a| a.name.clone())
+            .unwrap_or_default();
+        let message = format!("authSecret {namespace}/{auth} is missing or has no key '{key}'");
+        out.events.push(Event {
+            type_: EventType::Warning,
+            reason: "AuthSecretMissing".into(),
+            message: message.clone(),
+        });
+        Condition::new("ArtifactReady", false, "AuthSecretMissing", message)
+    } else if phases.iter().any(|(_, p)| *p == CachePhase::Failed) {
+        Condition::new("ArtifactReady", false, "Failed", "")
+    } else if ready == n {
+        Condition::new("ArtifactReady", true, "Staged", "")
+    } else if ready > 0 {
+        Condition::new("ArtifactReady", false, "Partial", "")
+    } else {
+        Condition::new("ArtifactReady", false, "Hydrating", "")
+    });
+    if !names
+        .iter()
+        .any(|c| inputs.observed.get(*c).is_some_and(|s| s.pvc_observed))
+    {
+        out.events.push(Event {
+            type_: EventType::Normal,
+            reason: "Staging".into(),
+            message: format!("Staging {} to {n} clusters: {}", hf.repo, names.join(", ")),
+        });
+    }
+    if ready == n && !inputs.was_ready {
+        out.events.push(Event {
+            type_: EventType::Normal,
+            reason: "Staged".into(),
+            message: format!("Artifact staged on all {n} clusters"),
+        });
+    }
+    out
+}
