@@ -30,6 +30,10 @@ pub struct Fleet {
     pub replicas: Vec<ModelReplica>,
     /// ModelDeployments.
     pub deployments: Vec<ModelDeployment>,
+    /// The InferenceGateway, if given.
+    pub gateway: Option<modelplane_api::types::InferenceGateway>,
+    /// `(apiVersion, kind)` of every other object given (managed resources, Secrets…).
+    pub others: Vec<(String, String)>,
 }
 
 impl Fleet {
@@ -64,6 +68,7 @@ fn fleet(objects: &[Value]) -> anyhow::Result<Fleet> {
             "ModelCache" => fleet.caches.push(typed(object)?),
             "ModelReplica" => fleet.replicas.push(typed(object)?),
             "ModelDeployment" => fleet.deployments.push(typed(object)?),
+            "InferenceGateway" => fleet.gateway = Some(typed(object)?),
             _ => {}
         }
     }
@@ -157,5 +162,11 @@ pub fn load(paths: &[String]) -> anyhow::Result<Result<Fleet, u8>> {
         }));
     }
     let objects: Vec<Value> = reports.iter().filter_map(|r| r.object.clone()).collect();
-    fleet(&objects).map(Ok)
+    let mut fleet = fleet(&objects)?;
+    fleet.others = reports
+        .iter()
+        .filter(|r| r.skipped())
+        .map(|r| (r.api_version().to_string(), r.kind().to_string()))
+        .collect();
+    Ok(Ok(fleet))
 }

@@ -5,6 +5,7 @@ mod crds;
 mod fleet;
 mod inputs;
 mod output;
+mod providers;
 mod render;
 mod schedule;
 mod validate;
@@ -44,6 +45,8 @@ enum Command {
     Schedule(schedule::ScheduleArgs),
     /// Print every object the controllers would create for a fleet and its models.
     Render(render::RenderArgs),
+    /// Show which Crossplane providers run for a fleet, and why.
+    Providers(providers::ProvidersArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +64,13 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Crds(args) => report(crds::run(&args)),
+        Command::Providers(args) => match providers::run(&args) {
+            Ok(code) => ExitCode::from(code),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(1)
+            }
+        },
         Command::Render(args) => match render::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

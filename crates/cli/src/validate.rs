@@ -86,6 +86,21 @@ pub struct DocumentReport {
 }
 
 impl DocumentReport {
+    /// Whether the document is not a Modelplane kind.
+    pub fn skipped(&self) -> bool {
+        self.status == "skipped"
+    }
+
+    /// The document's `kind`.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The document's `apiVersion`.
+    pub fn api_version(&self) -> &str {
+        &self.api_version
+    }
+
     /// Whether the input could not be read or parsed.
     pub fn unreadable(&self) -> bool {
         self.status == "unreadable"

@@ -15,6 +15,7 @@ pub mod cache;
 pub mod deployment;
 pub mod endpoint;
 pub mod gateway;
+pub mod providers;
 pub mod replica;
 pub mod service;
 
@@ -25,6 +26,7 @@ pub use cache::{CacheInputs, Staging, Token, compose_model_cache};
 pub use deployment::{CacheLookup, DeploymentInputs, compose_model_deployment};
 pub use endpoint::{EndpointInputs, compose_model_endpoint};
 pub use gateway::{GatewayInputs, compose_inference_gateway};
+pub use providers::{ProvidersInputs, compose_providers, plan_providers};
 pub use replica::{ReplicaInputs, compose_model_replica};
 pub use service::{ServiceInputs, compose_model_service};
 
