@@ -6,6 +6,7 @@ mod fleet;
 mod inputs;
 mod output;
 mod providers;
+mod recipes;
 mod render;
 mod schedule;
 mod validate;
@@ -47,6 +48,8 @@ enum Command {
     Render(render::RenderArgs),
     /// Show which Crossplane providers run for a fleet, and why.
     Providers(providers::ProvidersArgs),
+    /// List the locked serving-stack recipes of this release.
+    Recipes(recipes::RecipesArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Crds(args) => report(crds::run(&args)),
+        Command::Recipes(args) => report(recipes::run(&args)),
         Command::Providers(args) => match providers::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

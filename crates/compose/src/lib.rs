@@ -16,6 +16,7 @@ pub mod deployment;
 pub mod endpoint;
 pub mod gateway;
 pub mod providers;
+pub mod recipes;
 pub mod replica;
 pub mod service;
 
