@@ -18,7 +18,9 @@ pub const EXTERNAL_PROVIDER: &str = "modelplane.ai/external-provider";
 pub const RELEASE: &str = "modelplane.ai/release";
 /// ServingStack-composed resources, for deletion ordering.
 pub const RESOURCE: &str = "modelplane.ai/resource";
-/// ProviderConfig consumers.
+/// The recipe a ServingStack installs (set by the InferenceCluster composition).
+pub const RECIPE: &str = "modelplane.ai/recipe";
+/// Marks the consumer a provider-config Usage protects against.
 pub const USAGE_CONSUMER: &str = "modelplane.ai/usage-consumer";
 
 /// Node label: the node pool a node belongs to.

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod cluster;
 pub mod deployment;
 pub mod endpoint;
 pub mod gateway;
@@ -19,17 +20,20 @@ pub mod providers;
 pub mod recipes;
 pub mod replica;
 pub mod service;
+pub mod stack;
 
 use serde::Serialize;
 use serde_json::Value;
 
 pub use cache::{CacheInputs, Staging, Token, compose_model_cache};
+pub use cluster::{ClusterInputs, compose_inference_class, compose_inference_cluster};
 pub use deployment::{CacheLookup, DeploymentInputs, compose_model_deployment};
 pub use endpoint::{EndpointInputs, compose_model_endpoint};
 pub use gateway::{GatewayInputs, compose_inference_gateway};
 pub use providers::{ProvidersInputs, compose_providers, plan_providers};
 pub use replica::{ReplicaInputs, compose_model_replica};
 pub use service::{ServiceInputs, compose_model_service};
+pub use stack::{StackInputs, compose_serving_stack};
 
 /// Where a desired object is applied.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -50,6 +54,9 @@ pub enum ReadinessRule {
     ConditionTrue(String),
     /// When `status.availableReplicas` reaches `spec.replicas` (Grove).
     ReplicasAvailable,
+    /// When the field at this JSON pointer exists and is not empty (e.g. a
+    /// Gateway's `status.addresses`).
+    FieldPresent(String),
     /// When the field at this JSON pointer has this value (e.g. a PVC `Bound`).
     FieldEquals {
         /// JSON pointer into the object, e.g. `/status/phase`.

@@ -1,0 +1,518 @@
+//! InferenceCluster, InferenceClass and ServingStack compositions: golden
+//! files for every upstream cluster and class on both stacks, and the
+//! contracts of `behavior.md` §8.1/§8.3. Regenerate with
+//! `INSTA_UPDATE=always cargo test -p modelplane-compose --test compose_clusters`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use modelplane_api::labels;
+use modelplane_api::types::{
+    CloudClusterStatus, InferenceClass, InferenceCluster, ServingStack, Source, Stack, StackSecret,
+};
+use modelplane_compose::recipes;
+use modelplane_compose::{
+    ClusterInputs, Composition, Desired, StackInputs, Target, compose_inference_class,
+    compose_inference_cluster, compose_serving_stack,
+};
+use serde_json::{Value, json};
+
+/// Every upstream file (and test fixture), sorted, with its admitted objects.
+fn manifests() -> &'static [(PathBuf, Vec<Value>)] {
+    static ALL: std::sync::OnceLock<Vec<(PathBuf, Vec<Value>)>> = std::sync::OnceLock::new();
+    ALL.get_or_init(load_manifests)
+}
+
+fn load_manifests() -> Vec<(PathBuf, Vec<Value>)> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("readable").flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "yaml") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&upstream(), &mut files);
+    walk(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures"),
+        &mut files,
+    );
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f).expect("readable");
+            let objects = if text.contains("kind: Inference") {
+                admit(&text)
+            } else {
+                Vec::new()
+            };
+            (f, objects)
+        })
+        .collect()
+}
+
+fn of_kind<T: serde::de::DeserializeOwned>(objects: &[Value], kind: &str) -> Vec<T> {
+    objects
+        .iter()
+        .filter(|o| o["kind"] == kind)
+        .map(|o| serde_json::from_value(o.clone()).expect("typed"))
+        .collect()
+}
+
+/// The classes a cluster file sees: its own directory's first, then every
+/// other one (first definition of a name wins).
+fn classes_for(file: &Path, all: &[(PathBuf, Vec<Value>)]) -> Vec<InferenceClass> {
+    let dir = file.parent().expect("dir");
+    let (near, far): (Vec<_>, Vec<_>) = all.iter().partition(|(f, _)| f.parent() == Some(dir));
+    let mut out: Vec<InferenceClass> = Vec::new();
+    for (_, objects) in near.into_iter().chain(far) {
+        for class in of_kind::<InferenceClass>(objects, "InferenceClass") {
+            if !out.iter().any(|c| c.metadata.name == class.metadata.name) {
+                out.push(class);
+            }
+        }
+    }
+    out
+}
+
+fn case_name(file: &Path) -> String {
+    let rel = file
+        .strip_prefix(upstream())
+        .or_else(|_| file.strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")))
+        .expect("known root");
+    rel.display()
+        .to_string()
+        .trim_end_matches(".yaml")
+        .replace('/', "-")
+}
+
+fn render(c: &Composition) -> String {
+    let summary = json!({
+        "hold": c.hold,
+        "status": c.status,
+        "conditions": c.conditions,
+        "events": c.events,
+    });
+    let mut text = serde_saphyr::to_string(&summary).expect("YAML");
+    text.push_str(&to_yaml(&c.desired));
+    text
+}
+
+fn snapshot(kind: &str, case: &str, text: &str) {
+    insta::with_settings!({
+        snapshot_path => Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(kind).join(case),
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!("output", text);
+    });
+}
+
+fn secret(type_: &str, name: &str, key: &str) -> StackSecret {
+    StackSecret {
+        type_: type_.into(),
+        name: name.into(),
+        key: key.into(),
+        namespace: None,
+    }
+}
+
+fn ready() -> Option<Vec<modelplane_api::types::Condition>> {
+    Some(vec![modelplane_api::types::Condition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        ..Default::default()
+    }])
+}
+
+/// A provisioned cloud cluster as its composition reports it once running.
+/// GKE and Nebius clusters also report the identity that reaches them.
+fn running_cloud(cluster: &InferenceCluster) -> CloudClusterStatus {
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    let mut secrets = vec![secret(
+        "Kubeconfig",
+        &format!("{name}-kubeconfig"),
+        "kubeconfig",
+    )];
+    match cluster.spec.cluster.source {
+        Source::Gke => secrets.push(secret(
+            "GoogleApplicationCredentials",
+            &format!("{name}-identity"),
+            "private_key",
+        )),
+        Source::Nebius => secrets.push(StackSecret {
+            namespace: Some("crossplane-system".into()),
+            ..secret(
+                "NebiusServiceAccountCredentials",
+                "nebius-sa",
+                "credentials",
+            )
+        }),
+        _ => {}
+    }
+    CloudClusterStatus {
+        secrets: Some(secrets),
+        cache: Some(modelplane_api::types::CacheStorage {
+            storage_class_name: Some("modelplane-rwx".into()),
+        }),
+        conditions: ready(),
+    }
+}
+
+/// The ServingStack an InferenceCluster composed, observed Ready with an address.
+fn observed_stack(c: &Composition) -> Option<ServingStack> {
+    let d = c.desired.iter().find(|d| d.kind() == "ServingStack")?;
+    let mut ss: ServingStack = serde_json::from_value(d.object.clone()).expect("typed");
+    ss.status = Some(modelplane_api::types::ServingStackStatus {
+        gateway: Some(modelplane_api::types::GatewayAddress {
+            address: Some("203.0.113.10".into()),
+        }),
+        conditions: ready(),
+    });
+    Some(ss)
+}
+
+fn with_stack(mut cluster: InferenceCluster, stack: Stack) -> InferenceCluster {
+    cluster.spec.stack = Some(stack);
+    cluster
+}
+
+/// Composes a cluster through to a running stack: first pass, then with the
+/// cloud cluster running and the ServingStack observed.
+fn steady_state(
+    cluster: &InferenceCluster,
+    classes: &[InferenceClass],
+) -> (Composition, Option<Composition>) {
+    let cloud = running_cloud(cluster);
+    let first = compose_inference_cluster(ClusterInputs {
+        cluster,
+        classes,
+        hosted_replicas: 1,
+        cloud_cluster: Some(&cloud),
+        serving_stack: None,
+    });
+    let ss = observed_stack(&first);
+    let steady = compose_inference_cluster(ClusterInputs {
+        cluster,
+        classes,
+        hosted_replicas: 1,
+        cloud_cluster: Some(&cloud),
+        serving_stack: ss.as_ref(),
+    });
+    let stack = ss.map(|ss| stack_of(&ss));
+    (steady, stack)
+}
+
+fn stack_of(ss: &ServingStack) -> Composition {
+    let recipe_name = ss
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::RECIPE))
+        .expect("recipe label");
+    let recipe = recipes::all()
+        .iter()
+        .find(|r| &r.name == recipe_name)
+        .expect("known recipe");
+    compose_serving_stack(StackInputs {
+        serving_stack: ss,
+        recipe,
+        provider_configs_observed: true,
+        gateway_address: Some("203.0.113.10"),
+    })
+}
+
+#[test]
+fn every_upstream_cluster_on_both_stacks() {
+    let all = manifests();
+    let mut seen = 0;
+    for (file, objects) in all {
+        let classes = classes_for(file, all);
+        for cluster in of_kind::<InferenceCluster>(objects, "InferenceCluster") {
+            let base = format!(
+                "{}-{}",
+                case_name(file),
+                cluster.metadata.name.as_deref().unwrap_or_default()
+            );
+            for stack in [Stack::Standard, Stack::Dynamo] {
+                let (steady, ss) = steady_state(&with_stack(cluster.clone(), stack), &classes);
+                let mut text = render(&steady);
+                if let Some(ss) = ss {
+                    text.push_str("# ServingStack composition\n");
+                    text.push_str(&render(&ss));
+                }
+                snapshot(
+                    "inference-cluster",
+                    &format!("{base}-{stack:?}").to_ascii_lowercase(),
+                    &text,
+                );
+                seen += 1;
+            }
+        }
+    }
+    assert!(seen >= 40, "only {seen} cluster cases");
+}
+
+#[test]
+fn every_upstream_class_is_accepted() {
+    let all = manifests();
+    let mut seen = 0;
+    for (file, objects) in all {
+        for class in of_kind::<InferenceClass>(objects, "InferenceClass") {
+            let c = compose_inference_class();
+            assert!(c.desired.is_empty());
+            assert_eq!(c.status, Some(json!({})));
+            let text = format!(
+                "{}# status.gpuPools entry a pool of this class publishes\n{}",
+                render(&c),
+                serde_saphyr::to_string(&pool_of(&class)).expect("YAML")
+            );
+            let case = format!(
+                "{}-{}",
+                case_name(file),
+                class.metadata.name.as_deref().unwrap_or_default()
+            );
+            snapshot("inference-class", &case, &text);
+            seen += 1;
+        }
+    }
+    assert!(seen >= 15, "only {seen} classes");
+}
+
+/// The `status.gpuPools` entry one two-node pool of this class yields.
+fn pool_of(class: &InferenceClass) -> Value {
+    let mut cluster = InferenceCluster::default();
+    cluster.spec.node_pools = Some(vec![modelplane_api::types::NodePool {
+        name: "pool".into(),
+        class_name: class.metadata.name.clone().unwrap_or_default(),
+        node_count: Some(2),
+        ..Default::default()
+    }]);
+    json!(cluster.spec.gpu_pools(std::slice::from_ref(class)))
+}
+
+fn eks_cluster(stack: Stack, classes: &[&str]) -> InferenceCluster {
+    let pools: Vec<Value> = classes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| json!({ "name": format!("pool{i}"), "className": c, "nodeCount": 1 }))
+        .collect();
+    serde_json::from_value(json!({
+        "apiVersion": "modelplane.ai/v1alpha1",
+        "kind": "InferenceCluster",
+        "metadata": { "name": "c1" },
+        "spec": { "stack": stack, "cluster": { "source": "EKS", "eks": { "region": "us-east-1" } }, "nodePools": pools },
+    }))
+    .expect("typed")
+}
+
+fn fixture_classes() -> Vec<InferenceClass> {
+    let all = manifests();
+    classes_for(&upstream().join("concepts/x.yaml"), all)
+}
+
+fn kinds(desired: &[Desired]) -> Vec<&str> {
+    desired.iter().map(Desired::kind).collect()
+}
+
+#[test]
+fn missing_classes_hold_and_are_named_sorted() {
+    let cluster = eks_cluster(Stack::Standard, &["zeta", "alpha", "zeta"]);
+    let c = compose_inference_cluster(ClusterInputs {
+        cluster: &cluster,
+        classes: &fixture_classes(),
+        hosted_replicas: 0,
+        cloud_cluster: None,
+        serving_stack: None,
+    });
+    assert!(c.hold);
+    assert!(c.desired.is_empty());
+    assert_eq!(c.conditions[0].reason, "WaitingForClasses");
+    assert_eq!(
+        c.conditions[0].message,
+        "Waiting for InferenceClasses: alpha, zeta"
+    );
+}
+
+#[test]
+fn replica_guard_is_composed_first_and_only_while_replicas_remain() {
+    let cluster = eks_cluster(Stack::Standard, &["missing"]);
+    let classes = fixture_classes();
+    let with = |n| {
+        compose_inference_cluster(ClusterInputs {
+            cluster: &cluster,
+            classes: &classes,
+            hosted_replicas: n,
+            cloud_cluster: None,
+            serving_stack: None,
+        })
+    };
+    let guarded = with(2);
+    assert_eq!(kinds(&guarded.desired), ["ClusterUsage"]);
+    let usage = &guarded.desired[0].object;
+    assert_eq!(usage["spec"]["of"]["resourceRef"]["name"], "c1");
+    assert_eq!(
+        usage["spec"]["reason"],
+        "ModelReplicas are scheduled to this InferenceCluster"
+    );
+    assert_eq!(usage["spec"]["replayDeletion"], true);
+    assert!(with(0).desired.is_empty());
+}
+
+#[test]
+fn a_class_without_the_clouds_block_is_an_invalid_node_pool() {
+    let cluster = eks_cluster(Stack::Standard, &["eks-l4-1x-g6", "gke-l4-1x-g2"]);
+    let c = compose_inference_cluster(ClusterInputs {
+        cluster: &cluster,
+        classes: &fixture_classes(),
+        hosted_replicas: 0,
+        cloud_cluster: None,
+        serving_stack: None,
+    });
+    assert!(
+        !kinds(&c.desired).contains(&"EKSCluster"),
+        "{:?}",
+        kinds(&c.desired)
+    );
+    assert_eq!(c.conditions[0].reason, "InvalidNodePool");
+    assert_eq!(
+        c.conditions[0].message,
+        "InferenceClass gke-l4-1x-g2 has no EKS provisioning block"
+    );
+    assert_eq!(c.conditions[1].type_, "ClusterReady");
+    assert_eq!(c.conditions[1].reason, "Provisioning");
+}
+
+#[test]
+fn a_provisioning_cluster_gets_no_provider_config_and_waits() {
+    let cluster = eks_cluster(Stack::Standard, &["eks-l4-1x-g6"]);
+    let c = compose_inference_cluster(ClusterInputs {
+        cluster: &cluster,
+        classes: &fixture_classes(),
+        hosted_replicas: 0,
+        cloud_cluster: None,
+        serving_stack: None,
+    });
+    assert_eq!(kinds(&c.desired), ["EKSCluster"]);
+    let pool = &c.desired[0].object["spec"]["nodePools"][0];
+    assert_eq!(pool["role"], "GPU");
+    assert_eq!(pool["instanceType"], "g6.xlarge");
+    assert_eq!(pool["gpu"]["acceleratorType"], "nvidia-l4");
+    let reasons: Vec<&str> = c.conditions.iter().map(|c| c.reason.as_str()).collect();
+    assert_eq!(reasons, ["Provisioning", "WaitingForCluster"]);
+    assert_eq!(
+        c.status.as_ref().expect("status")["providerConfigRef"]["name"],
+        modelplane_api::names::cluster_provider_config_name("c1")
+    );
+}
+
+fn releases(c: &Composition) -> Vec<String> {
+    c.desired
+        .iter()
+        .filter(|d| d.kind() == "Release")
+        .map(|d| {
+            d.object["metadata"]["labels"][labels::RELEASE]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn the_stacks_differ_by_exactly_their_own_components() {
+    let classes = fixture_classes();
+    let compose = |stack| {
+        let (_, ss) = steady_state(&eks_cluster(stack, &["eks-l4-1x-g6"]), &classes);
+        ss.expect("serving stack")
+    };
+    let (standard, dynamo) = (compose(Stack::Standard), compose(Stack::Dynamo));
+    let (s, d) = (releases(&standard), releases(&dynamo));
+    let only_standard: Vec<&String> = s.iter().filter(|r| !d.contains(r)).collect();
+    let only_dynamo: Vec<&String> = d.iter().filter(|r| !s.contains(r)).collect();
+    assert_eq!(only_standard, ["leader-worker-set"]);
+    assert_eq!(
+        only_dynamo,
+        ["grove", "kai-scheduler", "modelexpress-server"]
+    );
+    let queue = |c: &Composition| c.desired.iter().any(|d| d.kind() == "Queue");
+    assert!(queue(&dynamo) && !queue(&standard));
+    // Every release is kept from outliving its provider config by a Usage.
+    let usages = standard
+        .desired
+        .iter()
+        .filter(|d| d.kind() == "Usage")
+        .count();
+    assert_eq!(usages, s.len());
+}
+
+#[test]
+fn stack_objects_land_on_the_cluster_and_releases_on_the_control_plane() {
+    let (_, ss) = steady_state(
+        &eks_cluster(Stack::Dynamo, &["eks-l4-1x-g6"]),
+        &fixture_classes(),
+    );
+    for d in &ss.expect("serving stack").desired {
+        let on_cluster = matches!(
+            d.kind(),
+            "ResourceQuota" | "Namespace" | "EnvoyProxy" | "GatewayClass" | "Gateway" | "Queue"
+        );
+        let expected = if on_cluster {
+            Target::Cluster("c1".into())
+        } else {
+            Target::ControlPlane
+        };
+        assert_eq!(d.target, expected, "{}", d.kind());
+    }
+}
+
+#[test]
+fn nothing_beyond_provider_configs_before_they_are_observed() {
+    let (first, _) = steady_state(
+        &eks_cluster(Stack::Standard, &["eks-l4-1x-g6"]),
+        &fixture_classes(),
+    );
+    let ss = observed_stack(&first).expect("serving stack");
+    let recipe = recipes::all().first().expect("a recipe");
+    let c = compose_serving_stack(StackInputs {
+        serving_stack: &ss,
+        recipe,
+        provider_configs_observed: false,
+        gateway_address: None,
+    });
+    assert_eq!(kinds(&c.desired), ["ProviderConfig", "ProviderConfig"]);
+}
+
+#[test]
+fn gke_clusters_set_the_driver_root_and_pass_it_to_the_dra_driver() {
+    let all = manifests();
+    let file = upstream().join("concepts/inference-cluster-gke.yaml");
+    let (_, objects) = all.iter().find(|(f, _)| *f == file).expect("gke cluster");
+    let cluster = of_kind::<InferenceCluster>(objects, "InferenceCluster").remove(0);
+    let (steady, ss) = steady_state(&cluster, &classes_for(&file, all));
+    let stack = steady
+        .desired
+        .iter()
+        .find(|d| d.kind() == "ServingStack")
+        .expect("ss");
+    assert_eq!(
+        stack.object["spec"]["nvidiaDriverRoot"],
+        "/home/kubernetes/bin/nvidia"
+    );
+    let ss = ss.expect("stack");
+    let dra = ss
+        .desired
+        .iter()
+        .find(|d| d.object["metadata"]["labels"][labels::RELEASE] == "nvidia-dra-driver-gpu")
+        .expect("dra driver release");
+    assert_eq!(
+        dra.object["spec"]["forProvider"]["values"]["nvidiaDriverRoot"],
+        "/home/kubernetes/bin/nvidia"
+    );
+}
