@@ -5,6 +5,7 @@ mod crds;
 mod fleet;
 mod inputs;
 mod output;
+mod platform;
 mod providers;
 mod recipes;
 mod render;

@@ -40,8 +40,10 @@ ModelCaches, existing ModelReplicas and ModelDeployments, and prints what the \
 controllers would create on a first pass with every cluster Ready: ModelReplicas on the \
 control plane; on each cluster the engine workloads (Deployment or LeaderWorkerSet on \
 Standard, Grove PodCliqueSet on Dynamo), ResourceClaimTemplates, the InferencePool, \
-HTTPRoute and endpoint picker. ModelEndpoints appear once replicas are Ready, so not on \
-a first pass.
+HTTPRoute and endpoint picker. Per InferenceCluster: its cloud cluster, provider config, \
+ServingStack and the recipe's Helm releases on the control plane; the stack's quota, \
+gateway and (Dynamo) KAI queue on the cluster. ModelEndpoints appear once replicas are \
+Ready, so not on a first pass.
 
 Examples:
   modelplane render -f examples/
@@ -101,6 +103,8 @@ struct Rendered {
     summaries: Vec<Summary>,
     objects: BTreeMap<Target, Vec<String>>,
     held: bool,
+    /// ModelReplicas per cluster, for each cluster's replica guard.
+    hosted: BTreeMap<String, usize>,
 }
 
 /// Serializes one object in the output format.
@@ -168,8 +172,78 @@ fn render(
             .join()
             .map_err(|_| anyhow::anyhow!("the composing thread panicked"))??;
         rendered.objects.extend(cluster_objects);
+        render_platform(fleet, &mut rendered, format, keep)?;
         Ok(rendered)
     })
+}
+
+/// Adds every InferenceCluster's objects and its ServingStack's, with a
+/// summary per cluster ahead of the deployments'.
+fn render_platform(
+    fleet: &Fleet,
+    rendered: &mut Rendered,
+    format: Format,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
+) -> anyhow::Result<()> {
+    let mut clusters: Vec<&InferenceCluster> = fleet.clusters.iter().collect();
+    clusters.sort_by_key(|c| c.metadata.name.clone());
+    let mut summaries = Vec::new();
+    for cluster in clusters {
+        let name = cluster.metadata.name.clone().unwrap_or_default();
+        let hosted = rendered.hosted.get(&name).copied().unwrap_or(0);
+        let platform = crate::platform::compose(cluster, &fleet.classes, hosted);
+        add(
+            &mut rendered.objects,
+            &platform.cluster.desired,
+            format,
+            keep,
+        )?;
+        let mut summary = Summary {
+            line: format!(
+                "cluster {name} ({}, {:?})",
+                serde_json::to_value(cluster.spec.cluster.source)?
+                    .as_str()
+                    .unwrap_or_default(),
+                cluster.spec.stack()
+            ),
+            explanations: Vec::new(),
+        };
+        let problems: Vec<String> = platform
+            .cluster
+            .conditions
+            .iter()
+            .filter(|c| matches!(c.reason.as_str(), "WaitingForClasses" | "InvalidNodePool"))
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .collect();
+        if platform.cluster.hold || !problems.is_empty() {
+            rendered.held = true;
+            let _ = write!(summary.line, ": {}", problems.join("; "));
+        }
+        if let (Some(stack), Some(recipe)) = (&platform.stack, platform.recipe) {
+            add(&mut rendered.objects, &stack.desired, format, keep)?;
+            let components: Vec<_> = recipe.components(cluster.spec.stack()).collect();
+            let _ = write!(
+                summary.line,
+                ": recipe {}, {} Helm releases",
+                recipe.name,
+                components.len()
+            );
+            // The releases are control-plane objects; name them for a
+            // one-cluster render so it shows the whole stack.
+            if keep(&Target::Cluster(name.clone())) && !keep(&Target::ControlPlane) {
+                summary.explanations.extend(components.iter().map(|c| {
+                    format!(
+                        "release {} {} ({}) in {}",
+                        c.name, c.version, c.chart, c.namespace
+                    )
+                }));
+            }
+        }
+        summaries.push(summary);
+    }
+    summaries.append(&mut rendered.summaries);
+    rendered.summaries = summaries;
+    Ok(())
 }
 
 /// Schedules and composes every deployment; sends each ModelReplica to be
@@ -190,7 +264,11 @@ fn place_deployments(
         summaries: Vec::new(),
         objects: BTreeMap::new(),
         held: false,
+        hosted: BTreeMap::new(),
     };
+    for r in &fleet.replicas {
+        *out.hosted.entry(r.spec.cluster_name.clone()).or_default() += 1;
+    }
     let ready = Default::default();
     for md in deployments {
         let (deployment, _, note) = deployment_view(md, &fleet.caches);
@@ -241,6 +319,15 @@ fn place_deployments(
                 .map(|c| format!("{:?}", c.spec.stack()))
                 .unwrap_or_default();
             placed.push(format!("{} ({stack})", replica.spec.cluster_name));
+            if !fleet
+                .replicas
+                .iter()
+                .any(|r| r.metadata.name == replica.metadata.name)
+            {
+                *out.hosted
+                    .entry(replica.spec.cluster_name.clone())
+                    .or_default() += 1;
+            }
             composed.push(ExistingReplica::from_resource(&replica));
             // The composing thread only stops early on an error of its own.
             let _ = to_clusters.send(replica);

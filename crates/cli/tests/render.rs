@@ -26,7 +26,9 @@ fn render_prints_every_object_of_the_examples_grouped_by_target() {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         text.starts_with(
-            "# ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-west (Dynamo)\n"
+            "# cluster us-east (EKS, Standard): recipe eks-any-ubuntu, 9 Helm releases\n\
+             # cluster us-west (EKS, Dynamo): recipe eks-h200-ubuntu, 12 Helm releases\n\
+             # ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-west (Dynamo)\n"
         ),
         "{text}"
     );
@@ -64,6 +66,10 @@ fn the_cluster_filter_keeps_only_that_clusters_objects() {
     assert!(text.contains("# ---- cluster us-west"));
     assert!(!text.contains("# ---- cluster us-east") && !text.contains("# ---- control plane"));
     assert!(text.contains("kind: PodCliqueSet") && !text.contains("kind: LeaderWorkerSet"));
+    // The stack's own objects land there too, and its releases are named.
+    assert!(text.contains("kind: Gateway\n") && text.contains("kind: Queue\n"));
+    assert!(text.contains("#   release grove v0.1.0-alpha.13 (grove-charts) in grove-system"));
+    assert!(!text.contains("kind: Release"));
     let out = modelplane(&["render", "-f", "examples/", "--cluster", "nowhere"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no InferenceCluster nowhere"));
@@ -74,12 +80,15 @@ fn json_output_groups_objects_by_target() {
     let out = modelplane(&["render", "-f", "examples/", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["summaries"].as_array().map(Vec::len), Some(2));
-    assert!(
-        v["controlPlane"]
-            .as_array()
-            .is_some_and(|a| a.iter().all(|o| o["kind"] == "ModelReplica"))
-    );
+    assert_eq!(v["summaries"].as_array().map(Vec::len), Some(4));
+    let control_plane = v["controlPlane"].as_array().expect("control plane");
+    let count = |kind: &str| control_plane.iter().filter(|o| o["kind"] == kind).count();
+    assert_eq!(count("ModelReplica"), 3);
+    assert_eq!(count("EKSCluster"), 2);
+    assert_eq!(count("ServingStack"), 2);
+    assert_eq!(count("Release"), 9 + 12);
+    // Both clusters host replicas, so both are guarded against deletion.
+    assert_eq!(count("ClusterUsage"), 2);
     assert!(
         v["clusters"]["us-east"]
             .as_array()

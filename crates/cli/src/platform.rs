@@ -1,0 +1,99 @@
+//! The platform part of `modelplane render`: what each InferenceCluster and
+//! its ServingStack compose once the cluster runs.
+//!
+//! A render has no live observations, so it assumes the steady state: a
+//! provisioned cluster is Ready with its kubeconfig in the Secret
+//! `<cluster>-kubeconfig-<hash>` and its ServingStack's provider configs
+//! exist. Existing clusters use the Secret their spec names.
+
+use modelplane_api::labels;
+use modelplane_api::names;
+use modelplane_api::types::{
+    CloudClusterStatus, Condition, InferenceClass, InferenceCluster, ServingStack,
+    ServingStackStatus, StackSecret,
+};
+use modelplane_compose::recipes::{self, Recipe};
+use modelplane_compose::{
+    ClusterInputs, Composition, StackInputs, compose_inference_cluster, compose_serving_stack,
+};
+
+/// One cluster's platform compositions.
+pub struct Platform {
+    /// The InferenceCluster's.
+    pub cluster: Composition,
+    /// Its ServingStack's, when it composes one.
+    pub stack: Option<Composition>,
+    /// The recipe the stack installs.
+    pub recipe: Option<&'static Recipe>,
+}
+
+fn ready() -> Option<Vec<Condition>> {
+    Some(vec![Condition {
+        type_: "Ready".into(),
+        status: "True".into(),
+        ..Condition::default()
+    }])
+}
+
+/// Composes a cluster as it stands once running, hosting `hosted_replicas`.
+pub fn compose(
+    cluster: &InferenceCluster,
+    classes: &[InferenceClass],
+    hosted_replicas: usize,
+) -> Platform {
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    let running = CloudClusterStatus {
+        secrets: Some(vec![StackSecret {
+            type_: "Kubeconfig".into(),
+            name: names::child_name(&[name, "kubeconfig"]),
+            key: "kubeconfig".into(),
+            namespace: None,
+        }]),
+        cache: None,
+        conditions: ready(),
+    };
+    let inputs = |serving_stack| ClusterInputs {
+        cluster,
+        classes,
+        hosted_replicas,
+        cloud_cluster: Some(&running),
+        serving_stack,
+    };
+    let first = compose_inference_cluster(inputs(None));
+    let Some(mut ss) = first
+        .desired
+        .iter()
+        .find(|d| d.kind() == "ServingStack")
+        .and_then(|d| serde_json::from_value::<ServingStack>(d.object.clone()).ok())
+    else {
+        return Platform {
+            cluster: first,
+            stack: None,
+            recipe: None,
+        };
+    };
+    ss.status = Some(ServingStackStatus {
+        gateway: None,
+        conditions: ready(),
+    });
+    let steady = compose_inference_cluster(inputs(Some(&ss)));
+    let recipe = ss
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::RECIPE))
+        .and_then(|r| recipes::all().iter().find(|k| &k.name == r));
+    let stack = recipe.map(|recipe| {
+        compose_serving_stack(StackInputs {
+            serving_stack: &ss,
+            recipe,
+            provider_configs_observed: true,
+            gateway_address: None,
+        })
+    });
+    Platform {
+        cluster: steady,
+        stack,
+        recipe,
+    }
+}
