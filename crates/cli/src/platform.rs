@@ -9,8 +9,8 @@
 use modelplane_api::labels;
 use modelplane_api::names;
 use modelplane_api::types::{
-    CloudClusterStatus, Condition, InferenceClass, InferenceCluster, ServingStack,
-    ServingStackStatus, StackSecret,
+    CacheStorage, CloudClusterStatus, Condition, InferenceClass, InferenceCluster, ServingStack,
+    ServingStackStatus, Source, StackSecret,
 };
 use modelplane_compose::recipes::{self, Recipe};
 use modelplane_compose::{
@@ -35,6 +35,17 @@ fn ready() -> Option<Vec<Condition>> {
     }])
 }
 
+/// The RWX storage class each cloud's cluster composition manages
+/// (`api.md` §10); Vultr has none, so caches cannot stage there.
+fn managed_storage_class(source: Source) -> Option<&'static str> {
+    match source {
+        Source::Eks => Some("modelplane-rwx-efs"),
+        Source::Gke => Some("modelplane-rwx"),
+        Source::Aks | Source::Nebius => Some("modelplane-rwx-fs"),
+        Source::Vultr | Source::Existing => None,
+    }
+}
+
 /// Composes a cluster as it stands once running, hosting `hosted_replicas`.
 pub fn compose(
     cluster: &InferenceCluster,
@@ -49,7 +60,9 @@ pub fn compose(
             key: "kubeconfig".into(),
             namespace: None,
         }]),
-        cache: None,
+        cache: managed_storage_class(cluster.spec.cluster.source).map(|class| CacheStorage {
+            storage_class_name: Some(class.into()),
+        }),
         conditions: ready(),
     };
     let inputs = |serving_stack| ClusterInputs {

@@ -14,8 +14,8 @@ use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use modelplane_api::types::{InferenceCluster, ModelDeployment, ModelReplica};
 use modelplane_compose::{
-    CacheLookup, DeploymentInputs, Desired, ReplicaInputs, Target, compose_model_deployment,
-    compose_model_replica,
+    CacheInputs, CacheLookup, DeploymentInputs, Desired, ReplicaInputs, Target, Token,
+    compose_model_cache, compose_model_deployment, compose_model_replica,
 };
 use modelplane_scheduler::{Cluster, ExistingReplica, Options, schedule};
 use serde_json::{Value, json};
@@ -188,6 +188,7 @@ fn render_platform(
     let mut clusters: Vec<&InferenceCluster> = fleet.clusters.iter().collect();
     clusters.sort_by_key(|c| c.metadata.name.clone());
     let mut summaries = Vec::new();
+    let mut running = Vec::new();
     for cluster in clusters {
         let name = cluster.metadata.name.clone().unwrap_or_default();
         let hosted = rendered.hosted.get(&name).copied().unwrap_or(0);
@@ -240,11 +241,76 @@ fn render_platform(
             }
         }
         summaries.push(summary);
+        let mut cluster = cluster.clone();
+        cluster.status = platform
+            .cluster
+            .status
+            .clone()
+            .and_then(|s| serde_json::from_value(s).ok());
+        running.push(cluster);
     }
+    summaries.extend(render_caches(fleet, &running, rendered, format, keep)?);
     summaries.append(&mut rendered.summaries);
     rendered.summaries = summaries;
     Ok(())
 }
+
+/// Adds every ModelCache's objects (PVC, hydration Job, token Secret) on the
+/// clusters it matches, given those clusters running.
+fn render_caches(
+    fleet: &Fleet,
+    running: &[InferenceCluster],
+    rendered: &mut Rendered,
+    format: Format,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
+) -> anyhow::Result<Vec<Summary>> {
+    let mut summaries = Vec::new();
+    for cache in &fleet.caches {
+        let gated = cache
+            .spec
+            .hugging_face
+            .as_ref()
+            .is_some_and(|hf| hf.auth_secret.is_some());
+        let composition = compose_model_cache(CacheInputs {
+            cache,
+            clusters: Some(running),
+            // A render reads no Secrets: a gated repository's token shows as
+            // a placeholder.
+            token: if gated {
+                Token::Found(TOKEN_PLACEHOLDER)
+            } else {
+                Token::NotNeeded
+            },
+            observed: &BTreeMap::new(),
+            previous: &BTreeMap::new(),
+            was_ready: false,
+        });
+        add(&mut rendered.objects, &composition.desired, format, keep)?;
+        let mut on: Vec<&str> = composition
+            .desired
+            .iter()
+            .filter(|d| d.kind() == "PersistentVolumeClaim")
+            .filter_map(|d| match &d.target {
+                Target::Cluster(c) => Some(c.as_str()),
+                Target::ControlPlane => None,
+            })
+            .collect();
+        on.sort_unstable();
+        let title = key(&cache.metadata.namespace, &cache.metadata.name);
+        summaries.push(Summary {
+            line: if on.is_empty() {
+                format!("cache {title}: no cluster with cache storage matches")
+            } else {
+                format!("cache {title}: staged on {}", on.join(", "))
+            },
+            explanations: Vec::new(),
+        });
+    }
+    Ok(summaries)
+}
+
+/// Base64 of `<token from the Secret>`.
+const TOKEN_PLACEHOLDER: &str = "PHRva2VuIGZyb20gdGhlIFNlY3JldD4=";
 
 /// Schedules and composes every deployment; sends each ModelReplica to be
 /// composed on its cluster.

@@ -28,6 +28,7 @@ fn render_prints_every_object_of_the_examples_grouped_by_target() {
         text.starts_with(
             "# cluster us-east (EKS, Standard): recipe eks-any-ubuntu, 9 Helm releases\n\
              # cluster us-west (EKS, Dynamo): recipe eks-h200-ubuntu, 12 Helm releases\n\
+             # cache ml-team/qwen3-coder: staged on us-east, us-west\n\
              # ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-west (Dynamo)\n"
         ),
         "{text}"
@@ -80,7 +81,7 @@ fn json_output_groups_objects_by_target() {
     let out = modelplane(&["render", "-f", "examples/", "-o", "json"]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    assert_eq!(v["summaries"].as_array().map(Vec::len), Some(4));
+    assert_eq!(v["summaries"].as_array().map(Vec::len), Some(5));
     let control_plane = v["controlPlane"].as_array().expect("control plane");
     let count = |kind: &str| control_plane.iter().filter(|o| o["kind"] == kind).count();
     assert_eq!(count("ModelReplica"), 3);
@@ -89,6 +90,14 @@ fn json_output_groups_objects_by_target() {
     assert_eq!(count("Release"), 9 + 12);
     // Both clusters host replicas, so both are guarded against deletion.
     assert_eq!(count("ClusterUsage"), 2);
+    // The cache is staged on both clusters, on their managed EFS class.
+    for cluster in ["us-east", "us-west"] {
+        let pvc = v["clusters"][cluster]
+            .as_array()
+            .and_then(|a| a.iter().find(|o| o["kind"] == "PersistentVolumeClaim"))
+            .expect("cache PVC");
+        assert_eq!(pvc["spec"]["storageClassName"], "modelplane-rwx-efs");
+    }
     assert!(
         v["clusters"]["us-east"]
             .as_array()
