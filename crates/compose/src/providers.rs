@@ -57,47 +57,47 @@ pub const PACKAGES: &[(Cloud, &str, &str)] = &[
     (
         Cloud::Aws,
         "provider-family-aws",
-        "xpkg.crossplane.io/crossplane-contrib/provider-family-aws:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-family-aws:v2.6.0",
     ),
     (
         Cloud::Aws,
         "provider-aws-ec2",
-        "xpkg.crossplane.io/crossplane-contrib/provider-aws-ec2:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-aws-ec2:v2.6.0",
     ),
     (
         Cloud::Aws,
         "provider-aws-efs",
-        "xpkg.crossplane.io/crossplane-contrib/provider-aws-efs:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-aws-efs:v2.6.0",
     ),
     (
         Cloud::Aws,
         "provider-aws-eks",
-        "xpkg.crossplane.io/crossplane-contrib/provider-aws-eks:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-aws-eks:v2.6.0",
     ),
     (
         Cloud::Aws,
         "provider-aws-iam",
-        "xpkg.crossplane.io/crossplane-contrib/provider-aws-iam:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-aws-iam:v2.6.0",
     ),
     (
         Cloud::Gcp,
         "provider-family-gcp",
-        "xpkg.crossplane.io/crossplane-contrib/provider-family-gcp:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-family-gcp:v2.6.0",
     ),
     (
         Cloud::Gcp,
         "provider-gcp-cloudplatform",
-        "xpkg.crossplane.io/crossplane-contrib/provider-gcp-cloudplatform:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-gcp-cloudplatform:v2.6.0",
     ),
     (
         Cloud::Gcp,
         "provider-gcp-compute",
-        "xpkg.crossplane.io/crossplane-contrib/provider-gcp-compute:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-gcp-compute:v2.6.0",
     ),
     (
         Cloud::Gcp,
         "provider-gcp-container",
-        "xpkg.crossplane.io/crossplane-contrib/provider-gcp-container:v2.5.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-gcp-container:v2.6.0",
     ),
     (
         Cloud::Azure,
@@ -117,22 +117,22 @@ pub const PACKAGES: &[(Cloud, &str, &str)] = &[
     (
         Cloud::Nebius,
         "provider-nebius",
-        "xpkg.upbound.io/upbound/provider-nebius:v1.0.0",
+        "xpkg.upbound.io/upbound/provider-nebius:v1.0.1",
     ),
     (
         Cloud::Vultr,
         "provider-vultr",
-        "xpkg.upbound.io/vultr/provider-vultr:v0.5.0",
+        "xpkg.upbound.io/vultr/provider-vultr:v1.0.0",
     ),
     (
         Cloud::Helm,
         "provider-helm",
-        "xpkg.crossplane.io/crossplane-contrib/provider-helm:v1.0.2",
+        "xpkg.crossplane.io/crossplane-contrib/provider-helm:v1.4.0",
     ),
     (
         Cloud::Kubernetes,
         "provider-kubernetes",
-        "xpkg.crossplane.io/crossplane-contrib/provider-kubernetes:v1.0.0",
+        "xpkg.crossplane.io/crossplane-contrib/provider-kubernetes:v1.3.0",
     ),
 ];
 
