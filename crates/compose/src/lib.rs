@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod cache;
+pub mod clouds;
 pub mod cluster;
 pub mod deployment;
 pub mod endpoint;

@@ -10,8 +10,10 @@ use std::path::{Path, PathBuf};
 use common::*;
 use modelplane_api::labels;
 use modelplane_api::types::{
-    CloudClusterStatus, InferenceClass, InferenceCluster, ServingStack, Source, Stack, StackSecret,
+    CloudClusterStatus, EKSCluster, InferenceClass, InferenceCluster, ServingStack, Source, Stack,
+    StackSecret,
 };
+use modelplane_compose::clouds::{EksInputs, compose_eks_cluster};
 use modelplane_compose::recipes;
 use modelplane_compose::{
     ClusterInputs, Composition, Desired, StackInputs, Target, compose_inference_class,
@@ -243,6 +245,10 @@ fn every_upstream_cluster_on_both_stacks() {
             for stack in [Stack::Standard, Stack::Dynamo] {
                 let (steady, ss) = steady_state(&with_stack(cluster.clone(), stack), &classes);
                 let mut text = render(&steady);
+                if let Some(cloud) = cloud_composition(&steady) {
+                    text.push_str("# cloud cluster composition\n");
+                    text.push_str(&render(&cloud));
+                }
                 if let Some(ss) = ss {
                     text.push_str("# ServingStack composition\n");
                     text.push_str(&render(&ss));
@@ -257,6 +263,18 @@ fn every_upstream_cluster_on_both_stacks() {
         }
     }
     assert!(seen >= 40, "only {seen} cluster cases");
+}
+
+/// The composed cloud cluster XR's own composition, running, with its EFS
+/// file system known.
+fn cloud_composition(c: &Composition) -> Option<Composition> {
+    let xr = c.desired.iter().find(|d| d.kind() == "EKSCluster")?;
+    let xr: EKSCluster = serde_json::from_value(xr.object.clone()).expect("typed");
+    Some(compose_eks_cluster(EksInputs {
+        cluster: &xr,
+        control_plane_ready: true,
+        file_system_id: Some("fs-0123456789abcdef0"),
+    }))
 }
 
 #[test]
@@ -515,4 +533,217 @@ fn gke_clusters_set_the_driver_root_and_pass_it_to_the_dra_driver() {
         dra.object["spec"]["forProvider"]["values"]["nvidiaDriverRoot"],
         "/home/kubernetes/bin/nvidia"
     );
+}
+
+fn eks_xr(fabric: Option<&str>) -> EKSCluster {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
+        "kind": "EKSCluster",
+        "metadata": { "name": "c1", "namespace": "modelplane-system" },
+        "spec": {
+            "region": "us-east-1",
+            "nodePools": [{
+                "name": "gpu", "role": "GPU", "instanceType": "p5en.48xlarge", "nodeCount": 2,
+                "gpu": { "acceleratorType": "nvidia-h200" }, "zones": ["us-east-1b"], "fabric": fabric,
+            }],
+        },
+    }))
+    .expect("typed")
+}
+
+/// `behavior.md` §9: the managed resource kinds compose-eks-cluster may use.
+const EKS_KINDS: &[(&str, &[&str])] = &[
+    (
+        "ec2.aws.m.upbound.io/v1beta1",
+        &[
+            "VPC",
+            "Subnet",
+            "InternetGateway",
+            "NATGateway",
+            "EIP",
+            "RouteTable",
+            "Route",
+            "RouteTableAssociation",
+            "SecurityGroup",
+            "SecurityGroupIngressRule",
+            "SecurityGroupEgressRule",
+            "LaunchTemplate",
+        ],
+    ),
+    (
+        "eks.aws.m.upbound.io/v1beta1",
+        &[
+            "Cluster",
+            "ClusterAuth",
+            "NodeGroup",
+            "Addon",
+            "PodIdentityAssociation",
+        ],
+    ),
+    (
+        "iam.aws.m.upbound.io/v1beta1",
+        &["Role", "Policy", "RolePolicyAttachment"],
+    ),
+    (
+        "efs.aws.m.upbound.io/v1beta1",
+        &["FileSystem", "MountTarget"],
+    ),
+    (
+        "helm.m.crossplane.io/v1beta1",
+        &["Release", "ProviderConfig"],
+    ),
+    ("storage.k8s.io/v1", &["StorageClass"]),
+];
+
+#[test]
+fn eks_composes_only_the_kinds_of_its_table() {
+    let c = compose_eks_cluster(EksInputs {
+        cluster: &eks_xr(Some("EFA")),
+        control_plane_ready: true,
+        file_system_id: Some("fs-1"),
+    });
+    for d in &c.desired {
+        let api = d.object["apiVersion"].as_str().unwrap_or_default();
+        let allowed = EKS_KINDS
+            .iter()
+            .any(|(a, kinds)| *a == api && kinds.contains(&d.kind()));
+        assert!(allowed, "{api} {} is not in behavior.md §9", d.kind());
+    }
+    // An EKS control plane needs subnets in two zones even when the pools name one.
+    let cluster = c
+        .desired
+        .iter()
+        .find(|d| d.kind() == "Cluster")
+        .expect("cluster");
+    assert_eq!(
+        cluster.object["spec"]["forProvider"]["vpcConfig"]["subnetIdRefs"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+}
+
+#[test]
+fn eks_node_groups_are_labelled_and_gpu_pools_tainted() {
+    let c = compose_eks_cluster(EksInputs {
+        cluster: &eks_xr(None),
+        control_plane_ready: false,
+        file_system_id: None,
+    });
+    let groups: Vec<&Value> = c
+        .desired
+        .iter()
+        .filter(|d| d.kind() == "NodeGroup")
+        .map(|d| &d.object["spec"]["forProvider"])
+        .collect();
+    assert_eq!(groups.len(), 2, "system + gpu");
+    let system = groups
+        .iter()
+        .find(|g| g["labels"][labels::POOL] == "system")
+        .expect("system pool");
+    assert_eq!(system["instanceTypes"], json!(["m6i.xlarge"]));
+    assert_eq!(
+        system["scalingConfig"],
+        json!({ "desiredSize": 1, "minSize": 1, "maxSize": 2 })
+    );
+    assert!(system.get("taint").is_none());
+    let gpu = groups
+        .iter()
+        .find(|g| g["labels"][labels::POOL] == "gpu")
+        .expect("gpu pool");
+    assert_eq!(gpu["labels"][labels::GPU], "nvidia-h200");
+    assert_eq!(
+        gpu["taint"],
+        json!([{ "key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE" }])
+    );
+}
+
+#[test]
+fn eks_in_cluster_extras_wait_for_the_control_plane_and_the_file_system() {
+    let xr = eks_xr(None);
+    let compose = |ready, fs| {
+        compose_eks_cluster(EksInputs {
+            cluster: &xr,
+            control_plane_ready: ready,
+            file_system_id: fs,
+        })
+    };
+    let provisioning = compose(false, None);
+    assert!(provisioning.status.is_none());
+    assert!(
+        !kinds(&provisioning.desired)
+            .iter()
+            .any(|k| matches!(*k, "Release" | "ProviderConfig" | "StorageClass"))
+    );
+    let running = compose(true, None);
+    let status = running.status.expect("status");
+    assert_eq!(status["secrets"][0]["type"], "Kubeconfig");
+    assert!(status.get("cache").is_none());
+    let releases: Vec<&Desired> = running
+        .desired
+        .iter()
+        .filter(|d| d.kind() == "Release")
+        .collect();
+    assert_eq!(
+        releases.len(),
+        1,
+        "cluster-autoscaler only, no aws-dranet without EFA"
+    );
+    let policies = &releases[0].object["spec"]["managementPolicies"];
+    assert!(
+        !policies
+            .as_array()
+            .expect("policies")
+            .contains(&json!("Delete"))
+    );
+    let with_fs = compose(true, Some("fs-1"));
+    assert_eq!(
+        with_fs.status.expect("status")["cache"]["storageClassName"],
+        "modelplane-rwx-efs"
+    );
+    let class = with_fs
+        .desired
+        .iter()
+        .find(|d| d.kind() == "StorageClass")
+        .expect("class");
+    assert_eq!(class.target, Target::Cluster("c1".into()));
+    assert_eq!(class.object["parameters"]["fileSystemId"], "fs-1");
+}
+
+#[test]
+fn eks_capacity_blocks_and_efa_use_a_launch_template() {
+    let mut xr = eks_xr(Some("EFA"));
+    xr.spec.node_pools[0].capacity_block = Some(modelplane_api::types::CapacityBlock {
+        capacity_reservation_id: "cr-0abc".into(),
+    });
+    let c = compose_eks_cluster(EksInputs {
+        cluster: &xr,
+        control_plane_ready: true,
+        file_system_id: None,
+    });
+    let lt = c
+        .desired
+        .iter()
+        .find(|d| d.kind() == "LaunchTemplate")
+        .expect("launch template");
+    let lt = &lt.object["spec"]["forProvider"];
+    assert_eq!(
+        lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"],
+        "cr-0abc"
+    );
+    assert_eq!(lt["networkInterfaces"][0]["interfaceType"], "efa");
+    let gpu = c
+        .desired
+        .iter()
+        .find(|d| {
+            d.kind() == "NodeGroup"
+                && d.object["spec"]["forProvider"]["labels"][labels::POOL] == "gpu"
+        })
+        .expect("gpu group");
+    assert_eq!(
+        gpu.object["spec"]["forProvider"]["capacityType"],
+        "CAPACITY_BLOCK"
+    );
+    assert!(c.desired.iter().any(|d| d.kind() == "Release"
+        && d.object["spec"]["forProvider"]["chart"]["name"] == "aws-dranet"));
 }
