@@ -9,9 +9,10 @@
 use modelplane_api::labels;
 use modelplane_api::names;
 use modelplane_api::types::{
-    CacheStorage, CloudClusterStatus, Condition, InferenceClass, InferenceCluster, ServingStack,
-    ServingStackStatus, Source, StackSecret,
+    CacheStorage, CloudClusterStatus, Condition, EKSCluster, InferenceClass, InferenceCluster,
+    ServingStack, ServingStackStatus, Source, StackSecret,
 };
+use modelplane_compose::clouds::{EksInputs, compose_eks_cluster};
 use modelplane_compose::recipes::{self, Recipe};
 use modelplane_compose::{
     ClusterInputs, Composition, StackInputs, compose_inference_cluster, compose_serving_stack,
@@ -25,6 +26,8 @@ pub struct Platform {
     pub stack: Option<Composition>,
     /// The recipe the stack installs.
     pub recipe: Option<&'static Recipe>,
+    /// The cloud cluster's managed resources, for the clouds composed so far.
+    pub cloud: Option<Composition>,
 }
 
 fn ready() -> Option<Vec<Condition>> {
@@ -73,6 +76,20 @@ pub fn compose(
         serving_stack,
     };
     let first = compose_inference_cluster(inputs(None));
+    let cloud = first
+        .desired
+        .iter()
+        .find(|d| d.kind() == "EKSCluster")
+        .and_then(|d| serde_json::from_value::<EKSCluster>(d.object.clone()).ok())
+        .map(|xr| {
+            compose_eks_cluster(EksInputs {
+                cluster: &xr,
+                control_plane_ready: true,
+                // The EFS StorageClass needs the file system's ID, which
+                // only exists once AWS created it.
+                file_system_id: None,
+            })
+        });
     let Some(mut ss) = first
         .desired
         .iter()
@@ -83,6 +100,7 @@ pub fn compose(
             cluster: first,
             stack: None,
             recipe: None,
+            cloud,
         };
     };
     ss.status = Some(ServingStackStatus {
@@ -108,5 +126,6 @@ pub fn compose(
         cluster: steady,
         stack,
         recipe,
+        cloud,
     }
 }

@@ -199,6 +199,9 @@ fn render_platform(
             format,
             keep,
         )?;
+        if let Some(cloud) = &platform.cloud {
+            add(&mut rendered.objects, &cloud.desired, format, keep)?;
+        }
         let mut summary = Summary {
             line: format!(
                 "cluster {name} ({}, {:?})",

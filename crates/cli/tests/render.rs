@@ -87,7 +87,13 @@ fn json_output_groups_objects_by_target() {
     assert_eq!(count("ModelReplica"), 3);
     assert_eq!(count("EKSCluster"), 2);
     assert_eq!(count("ServingStack"), 2);
-    assert_eq!(count("Release"), 9 + 12);
+    // The recipes' releases, then per EKS cluster the autoscaler and (EFA
+    // pools on both) aws-dranet.
+    assert_eq!(count("Release"), 9 + 12 + 2 + 2);
+    // Each EKS cluster's managed resources.
+    assert_eq!(count("Cluster"), 2);
+    assert_eq!(count("ClusterAuth"), 2);
+    assert_eq!(count("VPC"), 2);
     // Both clusters host replicas, so both are guarded against deletion.
     assert_eq!(count("ClusterUsage"), 2);
     // The cache is staged on both clusters, on their managed EFS class.
