@@ -1,7 +1,8 @@
 //! Platform composition cost (issue 5 target): every platform object of a
 //! 100-cluster fleet ≤ 50 ms median — each InferenceCluster in its steady
 //! state (cloud cluster running, ServingStack observed), its ServingStack
-//! (recipe releases, usages, cluster gateway), and the providers plan.
+//! (recipe releases, usages, cluster gateway), each EKS cluster's managed
+//! resources, and the providers plan.
 //! Baseline, run side by side: converting the 100 clusters to JSON values and
 //! back, the least any composition over them must do.
 
@@ -14,8 +15,10 @@ use std::collections::BTreeSet;
 use criterion::{Criterion, criterion_group, criterion_main};
 use modelplane_api::labels;
 use modelplane_api::types::{
-    CloudClusterStatus, Condition, InferenceClass, InferenceCluster, ServingStack, StackSecret,
+    CloudClusterStatus, Condition, EKSCluster, InferenceClass, InferenceCluster, ServingStack,
+    StackSecret,
 };
+use modelplane_compose::clouds::{EksInputs, compose_eks_cluster};
 use modelplane_compose::recipes;
 use modelplane_compose::{
     ClusterInputs, ProvidersInputs, StackInputs, compose_inference_cluster, compose_providers,
@@ -117,6 +120,16 @@ fn compose_platform(clusters: &[InferenceCluster], classes: &[InferenceClass]) -
         };
         // The ServingStack as the previous pass composed it, observed Ready.
         let first = compose_inference_cluster(inputs(None));
+        if let Some(xr) = first.desired.iter().find(|d| d.kind() == "EKSCluster") {
+            let xr: EKSCluster = serde_json::from_value(xr.object.clone()).expect("xr");
+            objects += compose_eks_cluster(EksInputs {
+                cluster: &xr,
+                control_plane_ready: true,
+                file_system_id: Some("fs-1"),
+            })
+            .desired
+            .len();
+        }
         let mut ss: ServingStack = first
             .desired
             .iter()
