@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use common::*;
 use modelplane_api::labels;
 use modelplane_api::types::{
-    CloudClusterStatus, EKSCluster, InferenceClass, InferenceCluster, ServingStack, Source, Stack,
-    StackSecret,
+    CloudClusterStatus, EKSCluster, GKECluster, InferenceClass, InferenceCluster, ServingStack,
+    Source, Stack, StackSecret,
 };
-use modelplane_compose::clouds::{EksInputs, compose_eks_cluster};
+use modelplane_compose::clouds::{EksInputs, GkeInputs, compose_eks_cluster, compose_gke_cluster};
 use modelplane_compose::recipes;
 use modelplane_compose::{
     ClusterInputs, Composition, Desired, StackInputs, Target, compose_inference_class,
@@ -268,13 +268,29 @@ fn every_upstream_cluster_on_both_stacks() {
 /// The composed cloud cluster XR's own composition, running, with its EFS
 /// file system known.
 fn cloud_composition(c: &Composition) -> Option<Composition> {
-    let xr = c.desired.iter().find(|d| d.kind() == "EKSCluster")?;
-    let xr: EKSCluster = serde_json::from_value(xr.object.clone()).expect("typed");
-    Some(compose_eks_cluster(EksInputs {
-        cluster: &xr,
-        control_plane_ready: true,
-        file_system_id: Some("fs-0123456789abcdef0"),
-    }))
+    let typed = |kind: &str| {
+        c.desired
+            .iter()
+            .find(|d| d.kind() == kind)
+            .map(|d| d.object.clone())
+    };
+    if let Some(xr) = typed("EKSCluster") {
+        let xr: EKSCluster = serde_json::from_value(xr).expect("typed");
+        return Some(compose_eks_cluster(EksInputs {
+            cluster: &xr,
+            control_plane_ready: true,
+            file_system_id: Some("fs-0123456789abcdef0"),
+        }));
+    }
+    if let Some(xr) = typed("GKECluster") {
+        let xr: GKECluster = serde_json::from_value(xr).expect("typed");
+        return Some(compose_gke_cluster(GkeInputs {
+            cluster: &xr,
+            project: Some("my-project"),
+            control_plane_ready: true,
+        }));
+    }
+    None
 }
 
 #[test]
@@ -746,4 +762,96 @@ fn eks_capacity_blocks_and_efa_use_a_launch_template() {
     );
     assert!(c.desired.iter().any(|d| d.kind() == "Release"
         && d.object["spec"]["forProvider"]["chart"]["name"] == "aws-dranet"));
+}
+
+/// `behavior.md` §9: the managed resource kinds compose-gke-cluster may use.
+const GKE_KINDS: &[(&str, &[&str])] = &[
+    (
+        "compute.gcp.m.upbound.io/v1beta1",
+        &["Network", "Subnetwork"],
+    ),
+    (
+        "container.gcp.m.upbound.io/v1beta1",
+        &["Cluster", "NodePool"],
+    ),
+    (
+        "cloudplatform.gcp.m.upbound.io/v1beta1",
+        &[
+            "ServiceAccount",
+            "ServiceAccountKey",
+            "ProjectIAMMember",
+            "ProjectService",
+        ],
+    ),
+    ("storage.k8s.io/v1", &["StorageClass"]),
+];
+
+fn gke_xr() -> GKECluster {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.modelplane.ai/v1alpha1",
+        "kind": "GKECluster",
+        "metadata": { "name": "g1", "namespace": "modelplane-system" },
+        "spec": {
+            "region": "us-central1",
+            "nodePools": [{
+                "name": "gpu", "role": "GPU", "machineType": "g2-standard-8", "nodeCount": 1,
+                "gpu": { "acceleratorType": "nvidia-l4", "acceleratorCount": 1 }, "zones": ["us-central1-a"],
+            }],
+        },
+    }))
+    .expect("typed")
+}
+
+#[test]
+fn gke_composes_only_the_kinds_of_its_table_and_waits_for_the_project() {
+    let xr = gke_xr();
+    let waiting = compose_gke_cluster(GkeInputs {
+        cluster: &xr,
+        project: None,
+        control_plane_ready: false,
+    });
+    assert!(waiting.hold && waiting.desired.is_empty());
+    let c = compose_gke_cluster(GkeInputs {
+        cluster: &xr,
+        project: Some("p"),
+        control_plane_ready: true,
+    });
+    for d in &c.desired {
+        let api = d.object["apiVersion"].as_str().unwrap_or_default();
+        let allowed = GKE_KINDS
+            .iter()
+            .any(|(a, kinds)| *a == api && kinds.contains(&d.kind()));
+        assert!(allowed, "{api} {} is not in behavior.md §9", d.kind());
+    }
+    let gpu = c
+        .desired
+        .iter()
+        .find(|d| {
+            d.kind() == "NodePool"
+                && d.object["spec"]["forProvider"]["nodeConfig"]["labels"][labels::POOL] == "gpu"
+        })
+        .expect("gpu pool");
+    let config = &gpu.object["spec"]["forProvider"]["nodeConfig"];
+    assert_eq!(
+        config["labels"]["cloud.google.com/gke-nvidia-gpu-dra-driver"],
+        "true"
+    );
+    assert_eq!(config["labels"][labels::GPU], "nvidia-l4");
+    assert_eq!(config["guestAccelerator"][0]["type"], "nvidia-l4");
+    let status = c.status.expect("status");
+    let types: Vec<&str> = status["secrets"]
+        .as_array()
+        .expect("secrets")
+        .iter()
+        .filter_map(|s| s["type"].as_str())
+        .collect();
+    assert_eq!(types, ["Kubeconfig", "GoogleApplicationCredentials"]);
+    assert_eq!(status["cache"]["storageClassName"], "modelplane-rwx");
+    // Service account IDs stay within GCP's 6–30 characters.
+    for d in c.desired.iter().filter(|d| d.kind() == "ServiceAccount") {
+        let id = d.object["spec"]["forProvider"]["accountId"]
+            .as_str()
+            .expect("id");
+        assert!((6..=30).contains(&id.len()), "{id}");
+    }
 }

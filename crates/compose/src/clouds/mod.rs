@@ -6,6 +6,7 @@
 //! value must be copied (the EFS file system's ID into its StorageClass).
 
 pub mod eks;
+pub mod gke;
 
 use modelplane_api::names;
 use modelplane_api::types::{CredentialsRef, ProviderConfigKind};
@@ -14,6 +15,7 @@ use serde_json::{Value, json};
 use crate::{Desired, ReadinessRule, Target};
 
 pub use eks::{EksInputs, compose_eks_cluster};
+pub use gke::{GkeInputs, compose_gke_cluster};
 
 /// Labels on every provisioned node: its pool and, for GPU pools, the accelerator.
 pub const NODE_POOL_LABEL: &str = modelplane_api::labels::POOL;
