@@ -10,10 +10,13 @@ use std::path::{Path, PathBuf};
 use common::*;
 use modelplane_api::labels;
 use modelplane_api::types::{
-    CloudClusterStatus, EKSCluster, GKECluster, InferenceClass, InferenceCluster, ServingStack,
-    Source, Stack, StackSecret,
+    AKSCluster, CloudClusterStatus, EKSCluster, GKECluster, InferenceClass, InferenceCluster,
+    NebiusCluster, ServingStack, Source, Stack, StackSecret, VultrCluster,
 };
-use modelplane_compose::clouds::{EksInputs, GkeInputs, compose_eks_cluster, compose_gke_cluster};
+use modelplane_compose::clouds::{
+    AksInputs, EksInputs, GkeInputs, NebiusInputs, VultrInputs, compose_aks_cluster,
+    compose_eks_cluster, compose_gke_cluster, compose_nebius_cluster, compose_vultr_cluster,
+};
 use modelplane_compose::recipes;
 use modelplane_compose::{
     ClusterInputs, Composition, Desired, StackInputs, Target, compose_inference_class,
@@ -290,7 +293,153 @@ fn cloud_composition(c: &Composition) -> Option<Composition> {
             control_plane_ready: true,
         }));
     }
+    if let Some(xr) = typed("AKSCluster") {
+        let xr: AKSCluster = serde_json::from_value(xr).expect("typed");
+        return Some(compose_aks_cluster(AksInputs {
+            cluster: &xr,
+            control_plane_ready: true,
+        }));
+    }
+    if let Some(xr) = typed("NebiusCluster") {
+        let xr: NebiusCluster = serde_json::from_value(xr).expect("typed");
+        let credentials = StackSecret {
+            namespace: Some("crossplane-system".into()),
+            ..secret(
+                "NebiusServiceAccountCredentials",
+                "nebius-sa",
+                "credentials",
+            )
+        };
+        return Some(compose_nebius_cluster(NebiusInputs {
+            cluster: &xr,
+            project: Some("project-e00example"),
+            credentials: Some(&credentials),
+            control_plane_ready: true,
+        }));
+    }
+    if let Some(xr) = typed("VultrCluster") {
+        let xr: VultrCluster = serde_json::from_value(xr).expect("typed");
+        return Some(compose_vultr_cluster(VultrInputs {
+            cluster: &xr,
+            control_plane_ready: true,
+        }));
+    }
     None
+}
+
+/// `behavior.md` §9, every cloud: the managed resource kinds its function
+/// may compose (plus the in-cluster StorageClass, Releases and the helm
+/// provider config of §8.2).
+const CLOUD_KINDS: &[(&str, &[&str])] = &[
+    ("azure.m.upbound.io/v1beta1", &["ResourceGroup"]),
+    (
+        "network.azure.m.upbound.io/v1beta1",
+        &["VirtualNetwork", "Subnet"],
+    ),
+    (
+        "containerservice.azure.m.upbound.io/v1beta1",
+        &["KubernetesCluster", "KubernetesClusterNodePool"],
+    ),
+    ("vpc.nebius.m.upbound.io/v1beta1", &["Network", "Subnet"]),
+    (
+        "mk8s.nebius.m.upbound.io/v1beta1",
+        &["Cluster", "NodeGroup"],
+    ),
+    (
+        "compute.nebius.m.upbound.io/v1beta1",
+        &["Filesystem", "GpuCluster"],
+    ),
+    ("v1", &["Secret"]),
+    (
+        "vke.vultr.m.upbound.io/v1beta1",
+        &["Kubernetes", "KubernetesNodePool"],
+    ),
+];
+
+/// Node labels of a node pool managed resource, whatever the cloud calls them.
+fn pool_labels(d: &Desired) -> Option<&Value> {
+    let p = &d.object["spec"]["forProvider"];
+    [
+        &p["labels"],
+        &p["nodeConfig"]["labels"],
+        &p["nodeLabels"],
+        &p["template"]["metadata"]["labels"],
+    ]
+    .into_iter()
+    .find(|v| v.is_object())
+}
+
+#[test]
+fn every_upstream_cloud_cluster_uses_its_tables_kinds_and_labels_its_pools() {
+    let all = manifests();
+    let mut clouds = std::collections::BTreeSet::new();
+    for (file, objects) in all {
+        let classes = classes_for(file, all);
+        for cluster in of_kind::<InferenceCluster>(objects, "InferenceCluster") {
+            let (steady, _) = steady_state(&cluster, &classes);
+            let Some(cloud) = cloud_composition(&steady) else {
+                continue;
+            };
+            clouds.insert(format!("{:?}", cluster.spec.cluster.source));
+            for d in &cloud.desired {
+                let api = d.object["apiVersion"].as_str().unwrap_or_default();
+                let allowed = EKS_KINDS
+                    .iter()
+                    .chain(GKE_KINDS)
+                    .chain(CLOUD_KINDS)
+                    .any(|(a, kinds)| *a == api && kinds.contains(&d.kind()));
+                assert!(
+                    allowed,
+                    "{}: {api} {} is not in behavior.md §9",
+                    case_name(file),
+                    d.kind()
+                );
+            }
+            let pools: Vec<&Desired> = cloud
+                .desired
+                .iter()
+                .filter(|d| {
+                    matches!(
+                        d.kind(),
+                        "NodeGroup"
+                            | "NodePool"
+                            | "KubernetesClusterNodePool"
+                            | "KubernetesNodePool"
+                    )
+                })
+                .collect();
+            let expected = cluster.spec.node_pools.as_ref().map_or(0, Vec::len);
+            // AKS and Vultr carry the system pool inline in the cluster.
+            let inline_system = matches!(
+                d_kind_of_cluster(&cloud),
+                "KubernetesCluster" | "Kubernetes"
+            );
+            assert_eq!(
+                pools.len(),
+                expected + usize::from(!inline_system),
+                "{}",
+                case_name(file)
+            );
+            for pool in pools {
+                let labels = pool_labels(pool).expect("node labels");
+                assert!(labels[labels::POOL].is_string(), "{}", case_name(file));
+            }
+            let status = cloud.status.expect("running status");
+            assert_eq!(status["secrets"][0]["type"], "Kubeconfig");
+        }
+    }
+    let expected: std::collections::BTreeSet<String> = ["Aks", "Eks", "Gke", "Nebius", "Vultr"]
+        .map(String::from)
+        .into();
+    assert_eq!(clouds, expected);
+}
+
+fn d_kind_of_cluster(c: &Composition) -> &str {
+    c.desired
+        .iter()
+        .map(Desired::kind)
+        .find(|k| matches!(*k, "Cluster" | "KubernetesCluster" | "Kubernetes"))
+        .unwrap_or_default()
 }
 
 #[test]

@@ -5,8 +5,11 @@
 //! name (`…Ref`), so the composition needs no observed IDs except where a
 //! value must be copied (the EFS file system's ID into its StorageClass).
 
+pub mod aks;
 pub mod eks;
 pub mod gke;
+pub mod nebius;
+pub mod vultr;
 
 use modelplane_api::names;
 use modelplane_api::types::{CredentialsRef, ProviderConfigKind};
@@ -14,8 +17,11 @@ use serde_json::{Value, json};
 
 use crate::{Desired, ReadinessRule, Target};
 
+pub use aks::{AksInputs, compose_aks_cluster};
 pub use eks::{EksInputs, compose_eks_cluster};
 pub use gke::{GkeInputs, compose_gke_cluster};
+pub use nebius::{NebiusInputs, compose_nebius_cluster};
+pub use vultr::{VultrInputs, compose_vultr_cluster};
 
 /// Labels on every provisioned node: its pool and, for GPU pools, the accelerator.
 pub const NODE_POOL_LABEL: &str = modelplane_api::labels::POOL;
@@ -77,6 +83,14 @@ impl<'a> Builder<'a> {
             }),
             ready_when: ReadinessRule::ConditionTrue("Ready".into()),
         });
+    }
+
+    /// Sets the external name (the cloud's own name) of the last resource added.
+    pub fn with_external_name(&mut self, external: &str) {
+        if let Some(last) = self.out.last_mut() {
+            last.object["metadata"]["annotations"] =
+                json!({ modelplane_api::labels::EXTERNAL_NAME: external });
+        }
     }
 
     /// Writes the connection secret of the last managed resource added.
