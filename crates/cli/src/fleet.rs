@@ -34,6 +34,8 @@ pub struct Fleet {
     pub gateway: Option<modelplane_api::types::InferenceGateway>,
     /// `(apiVersion, kind)` of every other object given (managed resources, Secrets…).
     pub others: Vec<(String, String)>,
+    /// Cloud provider configs given (their project IDs name GKE and Nebius resources).
+    pub cloud_provider_configs: Vec<Value>,
 }
 
 impl Fleet {
@@ -161,8 +163,17 @@ pub fn load(paths: &[String]) -> anyhow::Result<Result<Fleet, u8>> {
             1
         }));
     }
-    let objects: Vec<Value> = reports.iter().filter_map(|r| r.object.clone()).collect();
+    let objects: Vec<Value> = reports
+        .iter()
+        .filter(|r| !r.skipped())
+        .filter_map(|r| r.object.clone())
+        .collect();
     let mut fleet = fleet(&objects)?;
+    fleet.cloud_provider_configs = reports
+        .iter()
+        .filter(|r| r.skipped() && r.kind().ends_with("ProviderConfig"))
+        .filter_map(|r| r.object.clone())
+        .collect();
     fleet.others = reports
         .iter()
         .filter(|r| r.skipped())

@@ -12,7 +12,7 @@ use std::io::Write;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use modelplane_api::types::{InferenceCluster, ModelDeployment, ModelReplica};
+use modelplane_api::types::{InferenceCluster, ModelDeployment, ModelReplica, Source};
 use modelplane_compose::{
     CacheInputs, CacheLookup, DeploymentInputs, Desired, ReplicaInputs, Target, Token,
     compose_model_cache, compose_model_deployment, compose_model_replica,
@@ -192,7 +192,12 @@ fn render_platform(
     for cluster in clusters {
         let name = cluster.metadata.name.clone().unwrap_or_default();
         let hosted = rendered.hosted.get(&name).copied().unwrap_or(0);
-        let platform = crate::platform::compose(cluster, &fleet.classes, hosted);
+        let platform = crate::platform::compose(
+            cluster,
+            &fleet.classes,
+            hosted,
+            &fleet.cloud_provider_configs,
+        );
         add(
             &mut rendered.objects,
             &platform.cluster.desired,
@@ -202,6 +207,12 @@ fn render_platform(
         if let Some(cloud) = &platform.cloud {
             add(&mut rendered.objects, &cloud.desired, format, keep)?;
         }
+        let group = match cluster.spec.cluster.source {
+            Source::Gke => Some("gcp.m.upbound.io"),
+            Source::Nebius => Some("nebius.m.upbound.io"),
+            _ => None,
+        };
+        let missing_project = group.filter(|_| platform.cloud.is_none());
         let mut summary = Summary {
             line: format!(
                 "cluster {name} ({}, {:?})",
@@ -242,6 +253,12 @@ fn render_platform(
                     )
                 }));
             }
+        }
+        if let Some(group) = missing_project {
+            summary.explanations.push(format!(
+                "its managed resources need the {group} provider config its credentials name \
+                 (for the projectID) among the inputs"
+            ));
         }
         summaries.push(summary);
         let mut cluster = cluster.clone();

@@ -80,7 +80,8 @@ pub struct DocumentReport {
     status: &'static str,
     errors: Vec<Located>,
     warnings: Vec<Located>,
-    /// The admitted object (pruned and defaulted) of an accepted document.
+    /// The admitted object (pruned and defaulted) of an accepted document,
+    /// or a skipped (foreign) document as given.
     #[serde(skip)]
     pub object: Option<Value>,
 }
@@ -275,7 +276,8 @@ fn check_document(
             status: "skipped",
             errors: Vec::new(),
             warnings: Vec::new(),
-            object: None,
+            // Kept as given: commands read a few foreign kinds (provider configs).
+            object: Some(doc.value.clone()),
         },
         Review::Checked {
             kind,

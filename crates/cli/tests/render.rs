@@ -133,3 +133,52 @@ fn yaml_and_json_outputs_carry_the_same_objects() {
     assert_eq!(from_yaml.len(), from_json.len());
     assert_eq!(from_yaml, from_json);
 }
+
+#[test]
+fn every_cloud_renders_its_managed_resources_given_the_projects() {
+    let upstream = "../shared/upstream-manifests";
+    let concepts = format!("{upstream}/concepts/");
+    let without = modelplane(&["render", "-f", &concepts, "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&without.stdout).expect("JSON");
+    let notes: Vec<String> = v["summaries"]
+        .as_array()
+        .expect("summaries")
+        .iter()
+        .flat_map(|s| s["notes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .filter(|n| n.contains("provider config"))
+        .collect();
+    assert_eq!(
+        notes.len(),
+        2,
+        "GKE and Nebius wait for their projects: {notes:?}"
+    );
+
+    let gke = format!("{upstream}/getting-started/clusterproviderconfig-gke.yaml");
+    let nebius = format!("{upstream}/getting-started/clusterproviderconfig-nebius.yaml");
+    let with = modelplane(&["render", "-f", &concepts, &gke, &nebius, "-o", "json"]);
+    assert_eq!(with.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&with.stdout).expect("JSON");
+    let objects = v["controlPlane"].as_array().expect("control plane");
+    let has = |api: &str, kind: &str| {
+        objects
+            .iter()
+            .any(|o| o["apiVersion"] == api && o["kind"] == kind)
+    };
+    assert!(has("eks.aws.m.upbound.io/v1beta1", "NodeGroup"));
+    assert!(has("container.gcp.m.upbound.io/v1beta1", "NodePool"));
+    assert!(has(
+        "containerservice.azure.m.upbound.io/v1beta1",
+        "KubernetesClusterNodePool"
+    ));
+    assert!(has("mk8s.nebius.m.upbound.io/v1beta1", "NodeGroup"));
+    assert!(has("vke.vultr.m.upbound.io/v1beta1", "KubernetesNodePool"));
+    let gke_cluster = objects
+        .iter()
+        .find(|o| o["apiVersion"] == "container.gcp.m.upbound.io/v1beta1" && o["kind"] == "Cluster")
+        .expect("GKE cluster");
+    assert_eq!(
+        gke_cluster["spec"]["forProvider"]["project"],
+        "my-gcp-project"
+    );
+}
