@@ -1,7 +1,7 @@
 //! Platform composition cost (issue 5 target): every platform object of a
 //! 100-cluster fleet ≤ 50 ms median — each InferenceCluster in its steady
 //! state (cloud cluster running, ServingStack observed), its ServingStack
-//! (recipe releases, usages, cluster gateway), each EKS cluster's managed
+//! (recipe releases, usages, cluster gateway), each cloud cluster's managed
 //! resources, and the providers plan.
 //! Baseline, run side by side: converting the 100 clusters to JSON values and
 //! back, the least any composition over them must do.
@@ -15,10 +15,12 @@ use std::collections::BTreeSet;
 use criterion::{Criterion, criterion_group, criterion_main};
 use modelplane_api::labels;
 use modelplane_api::types::{
-    CloudClusterStatus, Condition, EKSCluster, InferenceClass, InferenceCluster, ServingStack,
-    StackSecret,
+    CloudClusterStatus, Condition, InferenceClass, InferenceCluster, ServingStack, StackSecret,
 };
-use modelplane_compose::clouds::{EksInputs, compose_eks_cluster};
+use modelplane_compose::clouds::{
+    AksInputs, EksInputs, GkeInputs, NebiusInputs, VultrInputs, compose_aks_cluster,
+    compose_eks_cluster, compose_gke_cluster, compose_nebius_cluster, compose_vultr_cluster,
+};
 use modelplane_compose::recipes;
 use modelplane_compose::{
     ClusterInputs, ProvidersInputs, StackInputs, compose_inference_cluster, compose_providers,
@@ -96,6 +98,42 @@ fn ready() -> Option<Vec<Condition>> {
     }])
 }
 
+fn typed<T: serde::de::DeserializeOwned>(xr: &Value) -> T {
+    serde_json::from_value(xr.clone()).expect("xr")
+}
+
+/// A cloud cluster XR's managed resources, running; returns how many.
+fn compose_cloud(xr: &Value) -> usize {
+    let composition = match xr["kind"].as_str().unwrap_or_default() {
+        "EKSCluster" => compose_eks_cluster(EksInputs {
+            cluster: &typed(xr),
+            control_plane_ready: true,
+            file_system_id: Some("fs-1"),
+        }),
+        "GKECluster" => compose_gke_cluster(GkeInputs {
+            cluster: &typed(xr),
+            project: Some("p"),
+            control_plane_ready: true,
+        }),
+        "AKSCluster" => compose_aks_cluster(AksInputs {
+            cluster: &typed(xr),
+            control_plane_ready: true,
+        }),
+        "NebiusCluster" => compose_nebius_cluster(NebiusInputs {
+            cluster: &typed(xr),
+            project: Some("p"),
+            credentials: None,
+            control_plane_ready: true,
+        }),
+        "VultrCluster" => compose_vultr_cluster(VultrInputs {
+            cluster: &typed(xr),
+            control_plane_ready: true,
+        }),
+        _ => return 0,
+    };
+    composition.desired.len()
+}
+
 /// Every platform object of the fleet; returns how many.
 fn compose_platform(clusters: &[InferenceCluster], classes: &[InferenceClass]) -> usize {
     let mut objects = 0;
@@ -120,15 +158,8 @@ fn compose_platform(clusters: &[InferenceCluster], classes: &[InferenceClass]) -
         };
         // The ServingStack as the previous pass composed it, observed Ready.
         let first = compose_inference_cluster(inputs(None));
-        if let Some(xr) = first.desired.iter().find(|d| d.kind() == "EKSCluster") {
-            let xr: EKSCluster = serde_json::from_value(xr.object.clone()).expect("xr");
-            objects += compose_eks_cluster(EksInputs {
-                cluster: &xr,
-                control_plane_ready: true,
-                file_system_id: Some("fs-1"),
-            })
-            .desired
-            .len();
+        if let Some(xr) = first.desired.iter().find(|d| d.kind().ends_with("Cluster")) {
+            objects += compose_cloud(&xr.object);
         }
         let mut ss: ServingStack = first
             .desired
