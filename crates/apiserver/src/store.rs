@@ -1,0 +1,522 @@
+//! The store: every object's current state and a revision log in one SQLite
+//! file, with one global revision counter (etcd's model, as kine keeps it).
+//!
+//! - `current(key, rev, create_rev, value)` holds the live objects; lists read it.
+//! - `log(rev, key, kind, value)` holds every change, in revision order;
+//!   watches resume from it. Compaction drops old entries; a watch from
+//!   before the compacted revision gets [`Error::Compacted`] (HTTP 410).
+//! - `meta` keeps the last revision (so it never goes back, even when the
+//!   newest entries are compacted) and the compacted revision.
+//!
+//! Writes go through one writer thread that commits whatever is queued in a
+//! single transaction (group commit): one fsync for many writes, and a write
+//! is acknowledged only after its transaction is durable (`synchronous=FULL`).
+//! Reads use their own connection; WAL mode lets them run beside the writer
+//! and see a consistent snapshot.
+//!
+//! Values are opaque bytes: the API layer decides what an object is.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::{broadcast, oneshot};
+
+/// A global, strictly increasing revision (an object's `resourceVersion`).
+pub type Revision = i64;
+
+/// Writes committed in one transaction at most.
+const MAX_BATCH: usize = 512;
+/// Events buffered per watcher before it lags and must resume from the log.
+const EVENT_BUFFER: usize = 4096;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A create found the key taken.
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    /// The key does not exist.
+    #[error("{0} not found")]
+    NotFound(String),
+    /// A conditional write found another revision.
+    #[error("{key} has been modified: expected revision {expected}, stored {actual}")]
+    Conflict {
+        /// The key.
+        key: String,
+        /// The revision the writer based its change on.
+        expected: Revision,
+        /// The stored revision.
+        actual: Revision,
+    },
+    /// The history asked for has been compacted.
+    #[error("revision {requested} is compacted; the oldest retained change is after {compacted}")]
+    Compacted {
+        /// The revision asked for.
+        requested: Revision,
+        /// Changes up to and including this revision are gone.
+        compacted: Revision,
+    },
+    /// SQLite failed.
+    #[error("store: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The transaction holding this write failed and was rolled back; no
+    /// write of its batch took effect.
+    #[error("store: the write was rolled back: {0}")]
+    RolledBack(String),
+    /// The writer thread is gone (the store is shutting down or crashed).
+    #[error("the store's writer has stopped")]
+    Closed,
+}
+
+/// The kind of a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// The key was created.
+    Added,
+    /// The key's value changed.
+    Modified,
+    /// The key was deleted; the value is its last state.
+    Deleted,
+}
+
+impl EventKind {
+    fn code(self) -> i64 {
+        match self {
+            EventKind::Added => 0,
+            EventKind::Modified => 1,
+            EventKind::Deleted => 2,
+        }
+    }
+
+    fn from_code(code: i64) -> EventKind {
+        match code {
+            0 => EventKind::Added,
+            1 => EventKind::Modified,
+            _ => EventKind::Deleted,
+        }
+    }
+}
+
+/// One committed change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// The key.
+    pub key: String,
+    /// The change's revision.
+    pub revision: Revision,
+    /// The new value (the last one for a deletion).
+    pub value: Arc<[u8]>,
+}
+
+/// A live object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stored {
+    /// The key.
+    pub key: String,
+    /// Revision of its last change.
+    pub revision: Revision,
+    /// Revision that created it.
+    pub create_revision: Revision,
+    /// The value.
+    pub value: Arc<[u8]>,
+}
+
+/// A change to make.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// Creates `key`; fails if it exists.
+    Create {
+        /// The key.
+        key: String,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Replaces `key`'s value; with `expected`, only if that is its revision.
+    Update {
+        /// The key.
+        key: String,
+        /// The revision the change is based on.
+        expected: Option<Revision>,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Deletes `key`; with `expected`, only if that is its revision.
+    Delete {
+        /// The key.
+        key: String,
+        /// The revision the deletion is based on.
+        expected: Option<Revision>,
+    },
+}
+
+struct Job {
+    write: Write,
+    reply: oneshot::Sender<Result<Stored, Error>>,
+}
+
+/// The store. Cheap to share behind an `Arc`; dropping it stops the writer
+/// after the queued writes are committed.
+pub struct Store {
+    jobs: Option<mpsc::Sender<Job>>,
+    writer: Option<JoinHandle<()>>,
+    reader: Mutex<Connection>,
+    events: broadcast::Sender<Event>,
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(())
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS current (
+    key TEXT PRIMARY KEY,
+    rev INTEGER NOT NULL,
+    create_rev INTEGER NOT NULL,
+    value BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log (
+    rev INTEGER PRIMARY KEY,
+    key TEXT NOT NULL,
+    kind INTEGER NOT NULL,
+    value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 0), ('compacted', 0);
+";
+
+/// The first key after every key starting with `prefix`.
+fn prefix_end(prefix: &str) -> Option<String> {
+    let mut bytes = prefix.as_bytes().to_vec();
+    while let Some(last) = bytes.pop() {
+        if last < 0x7f {
+            bytes.push(last + 1);
+            return String::from_utf8(bytes).ok();
+        }
+    }
+    None
+}
+
+fn meta(conn: &Connection, name: &str) -> rusqlite::Result<Revision> {
+    conn.query_row("SELECT value FROM meta WHERE name = ?1", [name], |r| {
+        r.get(0)
+    })
+}
+
+impl Store {
+    /// Opens (or creates) the store in the SQLite file at `path`.
+    pub fn open(path: &Path) -> Result<Store, Error> {
+        let writer = Connection::open(path)?;
+        configure(&writer)?;
+        writer.execute_batch(SCHEMA)?;
+        let reader = Connection::open(path)?;
+        configure(&reader)?;
+        Ok(Store::start(writer, reader))
+    }
+
+    fn start(writer: Connection, reader: Connection) -> Store {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let publish = events.clone();
+        let handle = std::thread::Builder::new()
+            .name("store-writer".into())
+            .spawn(move || write_loop(writer, queue, publish))
+            .ok();
+        Store {
+            jobs: Some(jobs),
+            writer: handle,
+            reader: Mutex::new(reader),
+            events,
+        }
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, Error> {
+        let conn = self.reader.lock().map_err(|_| Error::Closed)?;
+        Ok(f(&conn)?)
+    }
+
+    /// Queues a write; the receiver gets its result once it is durable.
+    pub fn submit(&self, write: Write) -> oneshot::Receiver<Result<Stored, Error>> {
+        let (reply, result) = oneshot::channel();
+        if let Some(jobs) = &self.jobs
+            && let Err(mpsc::SendError(job)) = jobs.send(Job { write, reply })
+        {
+            let _ = job.reply.send(Err(Error::Closed));
+        }
+        result
+    }
+
+    /// Writes and waits until it is durable (from async code, `submit().await`).
+    pub fn write(&self, write: Write) -> Result<Stored, Error> {
+        self.submit(write)
+            .blocking_recv()
+            .map_err(|_| Error::Closed)?
+    }
+
+    /// The live object at `key`.
+    pub fn get(&self, key: &str) -> Result<Option<Stored>, Error> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT rev, create_rev, value FROM current WHERE key = ?1",
+                [key],
+                |r| {
+                    Ok(Stored {
+                        key: key.to_string(),
+                        revision: r.get(0)?,
+                        create_revision: r.get(1)?,
+                        value: Arc::from(r.get::<_, Vec<u8>>(2)?),
+                    })
+                },
+            )
+            .optional()
+        })
+    }
+
+    /// The live objects whose keys start with `prefix`, in key order, after
+    /// `start_after` (for paging), at most `limit`; and the revision the
+    /// answer is consistent with.
+    pub fn list(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<(Revision, Vec<Stored>), Error> {
+        let end = prefix_end(prefix);
+        self.read(|c| {
+            let tx = c.unchecked_transaction()?;
+            let revision = meta(&tx, "revision")?;
+            let from = start_after.unwrap_or("");
+            let mut stmt = tx.prepare_cached(
+                "SELECT key, rev, create_rev, value FROM current
+                 WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) AND key > ?3
+                 ORDER BY key LIMIT ?4",
+            )?;
+            let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+            let rows = stmt
+                .query_map(params![prefix, end, from, limit], |r| {
+                    Ok(Stored {
+                        key: r.get(0)?,
+                        revision: r.get(1)?,
+                        create_revision: r.get(2)?,
+                        value: Arc::from(r.get::<_, Vec<u8>>(3)?),
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            drop(stmt);
+            tx.finish()?;
+            Ok((revision, rows))
+        })
+    }
+
+    /// The last committed revision.
+    pub fn revision(&self) -> Result<Revision, Error> {
+        self.read(|c| meta(c, "revision"))
+    }
+
+    /// Changes after `after` under `prefix`, in revision order.
+    pub fn events_since(&self, prefix: &str, after: Revision) -> Result<Vec<Event>, Error> {
+        let end = prefix_end(prefix);
+        self.read(|c| {
+            let tx = c.unchecked_transaction()?;
+            let compacted = meta(&tx, "compacted")?;
+            if after < compacted {
+                return Ok(Err(Error::Compacted {
+                    requested: after,
+                    compacted,
+                }));
+            }
+            let mut stmt = tx.prepare_cached(
+                "SELECT rev, key, kind, value FROM log
+                 WHERE rev > ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3)
+                 ORDER BY rev",
+            )?;
+            let events = stmt
+                .query_map(params![after, prefix, end], |r| {
+                    Ok(Event {
+                        revision: r.get(0)?,
+                        key: r.get(1)?,
+                        kind: EventKind::from_code(r.get(2)?),
+                        value: Arc::from(r.get::<_, Vec<u8>>(3)?),
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            drop(stmt);
+            tx.finish()?;
+            Ok(Ok(events))
+        })?
+    }
+
+    /// Every change committed from now on. Subscribe before reading history
+    /// (`events_since`) and skip revisions already seen, so nothing falls in
+    /// between. A receiver that lags gets `RecvError::Lagged` and must resume
+    /// from the log.
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.events.subscribe()
+    }
+
+    /// Drops the log up to and including `revision` (kept: the live objects
+    /// and every later change). Returns the compacted revision.
+    pub fn compact(&self, revision: Revision) -> Result<Revision, Error> {
+        let conn = self.reader.lock().map_err(|_| Error::Closed)?;
+        let tx = conn.unchecked_transaction()?;
+        let current = meta(&tx, "revision")?;
+        let target = revision.min(current).max(meta(&tx, "compacted")?);
+        tx.execute("DELETE FROM log WHERE rev <= ?1", [target])?;
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE name = 'compacted'",
+            [target],
+        )?;
+        tx.commit()?;
+        Ok(target)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Closing the queue lets the writer finish what is queued and exit.
+        self.jobs.take();
+        if let Some(handle) = self.writer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// Applies one write inside the open transaction; `next` is its revision.
+fn apply(tx: &rusqlite::Transaction<'_>, write: &Write, next: Revision) -> Result<Event, Error> {
+    let stored = |key: &str| -> rusqlite::Result<Option<(Revision, Revision, Vec<u8>)>> {
+        tx.prepare_cached("SELECT rev, create_rev, value FROM current WHERE key = ?1")?
+            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()
+    };
+    let check = |key: &str, expected: Option<Revision>, actual: Revision| match expected {
+        Some(expected) if expected != actual => Err(Error::Conflict {
+            key: key.to_string(),
+            expected,
+            actual,
+        }),
+        _ => Ok(()),
+    };
+    let (kind, key, value) = match write {
+        Write::Create { key, value } => {
+            if stored(key)?.is_some() {
+                return Err(Error::AlreadyExists(key.clone()));
+            }
+            tx.prepare_cached(
+                "INSERT INTO current (key, rev, create_rev, value) VALUES (?1, ?2, ?2, ?3)",
+            )?
+            .execute(params![key, next, value])?;
+            (EventKind::Added, key, value.clone())
+        }
+        Write::Update {
+            key,
+            expected,
+            value,
+        } => {
+            let (actual, _, _) = stored(key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
+            check(key, *expected, actual)?;
+            tx.prepare_cached("UPDATE current SET rev = ?2, value = ?3 WHERE key = ?1")?
+                .execute(params![key, next, value])?;
+            (EventKind::Modified, key, value.clone())
+        }
+        Write::Delete { key, expected } => {
+            let (actual, _, last) = stored(key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
+            check(key, *expected, actual)?;
+            tx.prepare_cached("DELETE FROM current WHERE key = ?1")?
+                .execute([key])?;
+            (EventKind::Deleted, key, last)
+        }
+    };
+    tx.prepare_cached("INSERT INTO log (rev, key, kind, value) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![next, key, kind.code(), value])?;
+    Ok(Event {
+        kind,
+        key: key.clone(),
+        revision: next,
+        value: Arc::from(value),
+    })
+}
+
+fn create_revision(tx: &rusqlite::Transaction<'_>, event: &Event) -> rusqlite::Result<Revision> {
+    if event.kind == EventKind::Added {
+        return Ok(event.revision);
+    }
+    Ok(tx
+        .prepare_cached("SELECT create_rev FROM current WHERE key = ?1")?
+        .query_row([&event.key], |r| r.get(0))
+        .optional()?
+        .unwrap_or(event.revision))
+}
+
+/// Commits one batch; returns each job's outcome (events for the ones that
+/// changed something), or the SQLite error that rolled the batch back.
+fn commit_batch(
+    conn: &mut Connection,
+    batch: &[Job],
+) -> rusqlite::Result<Vec<Result<(Event, Revision), Error>>> {
+    let tx = conn.transaction()?;
+    let mut revision = meta(&tx, "revision")?;
+    let mut outcomes = Vec::with_capacity(batch.len());
+    for job in batch {
+        match apply(&tx, &job.write, revision + 1) {
+            Ok(event) => {
+                revision = event.revision;
+                let create = create_revision(&tx, &event)?;
+                outcomes.push(Ok((event, create)));
+            }
+            Err(Error::Sqlite(e)) => return Err(e),
+            Err(e) => outcomes.push(Err(e)),
+        }
+    }
+    tx.execute(
+        "UPDATE meta SET value = ?1 WHERE name = 'revision'",
+        [revision],
+    )?;
+    tx.commit()?;
+    Ok(outcomes)
+}
+
+fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>, events: broadcast::Sender<Event>) {
+    while let Ok(first) = queue.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        match commit_batch(&mut conn, &batch) {
+            Ok(outcomes) => {
+                for (job, outcome) in batch.into_iter().zip(outcomes) {
+                    let reply = outcome.map(|(event, create_revision)| {
+                        let stored = Stored {
+                            key: event.key.clone(),
+                            revision: event.revision,
+                            create_revision,
+                            value: event.value.clone(),
+                        };
+                        // Nobody listening is fine.
+                        let _ = events.send(event);
+                        stored
+                    });
+                    let _ = job.reply.send(reply);
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                for job in batch {
+                    let _ = job.reply.send(Err(Error::RolledBack(message.clone())));
+                }
+            }
+        }
+    }
+}
