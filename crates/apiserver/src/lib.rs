@@ -1,9 +1,12 @@
 //! Modelplane's embedded Kubernetes-compatible API server.
 //!
 //! So far: the [`store`], a SQLite revision log with one global revision,
-//! group commit and compaction, on which the HTTP API will sit
-//! (`../shared/spec/apiserver.md` §3.2, §3.10).
+//! group commit and compaction; the [`resources`] it serves; and the
+//! [`object`] metadata rules. The HTTP API will sit on them
+//! (`../shared/spec/apiserver.md` §3).
 
+pub mod object;
+pub mod resources;
 pub mod store;
 
 pub use store::{Error, Event, EventKind, Revision, Store, Stored, Write};

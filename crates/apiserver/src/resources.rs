@@ -1,0 +1,338 @@
+//! What the server serves: the built-in kinds of `apiserver.md` §3.16 (and
+//! the storage-only ones the simulated clusters need), each with how it is
+//! addressed, and the store key of an object.
+
+/// A resource the server serves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// API group; empty for the core group.
+    pub group: String,
+    /// Version served.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural (the URL segment).
+    pub plural: String,
+    /// Singular, lowercase.
+    pub singular: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Short names for kubectl.
+    pub short_names: Vec<String>,
+    /// Categories for kubectl (`get all`, `get modelplane`).
+    pub categories: Vec<String>,
+    /// Has a status subresource.
+    pub status: bool,
+}
+
+impl Resource {
+    /// `group/version`, or `version` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The store key of an object; `namespace` is ignored for cluster-scoped
+    /// resources.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/{name}", self.prefix()),
+            _ => format!("{}{name}", self.prefix()),
+        }
+    }
+
+    /// The key prefix of every object of this resource.
+    pub fn prefix(&self) -> String {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        format!("/{group}/{}/", self.plural)
+    }
+
+    /// The key prefix of this resource's objects in one namespace.
+    pub fn namespace_prefix(&self, namespace: &str) -> String {
+        format!("{}{namespace}/", self.prefix())
+    }
+
+    /// Names must be DNS-1123 labels (namespaces) rather than subdomains.
+    pub fn names_are_labels(&self) -> bool {
+        self.group.is_empty() && self.plural == "namespaces"
+    }
+}
+
+/// `(group, version, kind, plural, namespaced, short names, status)`.
+type Row = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    bool,
+);
+
+/// Built-in kinds: those the controllers use (must), then those the
+/// simulated workload clusters store and watch.
+const BUILTINS: &[Row] = &[
+    ("", "v1", "Namespace", "namespaces", false, &["ns"], true),
+    ("", "v1", "ConfigMap", "configmaps", true, &["cm"], false),
+    ("", "v1", "Secret", "secrets", true, &[], false),
+    ("", "v1", "Event", "events", true, &["ev"], false),
+    (
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        true,
+        &["sa"],
+        false,
+    ),
+    ("", "v1", "Service", "services", true, &["svc"], true),
+    ("", "v1", "Endpoints", "endpoints", true, &["ep"], false),
+    ("", "v1", "Pod", "pods", true, &["po"], true),
+    ("", "v1", "Node", "nodes", false, &["no"], true),
+    (
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        true,
+        &["pvc"],
+        true,
+    ),
+    (
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        false,
+        &["pv"],
+        true,
+    ),
+    (
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        true,
+        &["ev"],
+        false,
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+        &["deploy"],
+        true,
+    ),
+    ("batch", "v1", "Job", "jobs", true, &[], true),
+    (
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        false,
+        &["sc"],
+        false,
+    ),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "DeviceClass",
+        "deviceclasses",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceSlice",
+        "resourceslices",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceClaim",
+        "resourceclaims",
+        true,
+        &[],
+        true,
+    ),
+    (
+        "resource.k8s.io",
+        "v1",
+        "ResourceClaimTemplate",
+        "resourceclaimtemplates",
+        true,
+        &[],
+        false,
+    ),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+        &["crd", "crds"],
+        true,
+    ),
+];
+
+/// Every built-in resource.
+pub fn builtins() -> Vec<Resource> {
+    BUILTINS
+        .iter()
+        .map(
+            |&(group, version, kind, plural, namespaced, short, status)| Resource {
+                group: group.into(),
+                version: version.into(),
+                kind: kind.into(),
+                plural: plural.into(),
+                singular: kind.to_ascii_lowercase(),
+                namespaced,
+                short_names: short.iter().map(|s| s.to_string()).collect(),
+                categories: Vec::new(),
+                status,
+            },
+        )
+        .collect()
+}
+
+/// Checks a name as Kubernetes does: a DNS-1123 subdomain (lowercase
+/// alphanumerics, `-` and `.`, starting and ending alphanumeric, ≤ 253), or
+/// for namespaces a DNS-1123 label (no `.`, ≤ 63). Returns the message a
+/// Kubernetes API server gives.
+pub fn validate_name(name: &str, label: bool) -> Result<(), String> {
+    let max = if label { 63 } else { 253 };
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let allowed = |c: char| alnum(c) || c == '-' || (!label && c == '.');
+    let ok = !name.is_empty()
+        && name.len() <= max
+        && name.chars().all(allowed)
+        && name.starts_with(alnum)
+        && name.ends_with(alnum);
+    if ok {
+        return Ok(());
+    }
+    if name.is_empty() {
+        return Err("name or generateName is required".into());
+    }
+    if name.len() > max {
+        return Err(format!("must be no more than {max} characters"));
+    }
+    Err(if label {
+        "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into()
+    } else {
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn find(group: &str, plural: &str) -> Resource {
+        builtins()
+            .into_iter()
+            .find(|r| r.group == group && r.plural == plural)
+            .expect("built in")
+    }
+
+    #[test]
+    fn keys_separate_namespaces_and_scopes() {
+        let cm = find("", "configmaps");
+        assert_eq!(cm.key(Some("ns"), "a"), "/core/configmaps/ns/a");
+        assert!(
+            cm.key(Some("ns"), "a")
+                .starts_with(&cm.namespace_prefix("ns"))
+        );
+        assert!(
+            !cm.key(Some("ns2"), "a")
+                .starts_with(&cm.namespace_prefix("ns"))
+        );
+        let sc = find("storage.k8s.io", "storageclasses");
+        assert_eq!(
+            sc.key(Some("ignored"), "fast"),
+            "/storage.k8s.io/storageclasses/fast"
+        );
+        assert_eq!(sc.api_version(), "storage.k8s.io/v1");
+        assert_eq!(cm.api_version(), "v1");
+    }
+
+    #[test]
+    fn the_must_kinds_are_served() {
+        for (group, plural) in [
+            ("", "namespaces"),
+            ("apiextensions.k8s.io", "customresourcedefinitions"),
+            ("events.k8s.io", "events"),
+            ("coordination.k8s.io", "leases"),
+            ("", "configmaps"),
+            ("", "secrets"),
+        ] {
+            find(group, plural);
+        }
+    }
+
+    #[test]
+    fn names_follow_rfc_1123() {
+        assert!(validate_name("qwen3-8b", false).is_ok());
+        assert!(validate_name("a.b.c", false).is_ok());
+        assert!(validate_name("a.b", true).is_err(), "labels have no dots");
+        assert!(validate_name("Upper", false).is_err());
+        assert!(validate_name("-x", false).is_err());
+        assert!(validate_name("x-", false).is_err());
+        assert!(validate_name(&"a".repeat(64), true).is_err());
+        assert!(validate_name(&"a".repeat(253), false).is_ok());
+        assert_eq!(
+            validate_name(&"a".repeat(254), false),
+            Err("must be no more than 253 characters".into())
+        );
+    }
+}
