@@ -5,8 +5,10 @@
 //! [`object`] metadata rules. The HTTP API will sit on them
 //! (`../shared/spec/apiserver.md` §3).
 
+pub mod http;
 pub mod object;
 pub mod resources;
+pub mod selector;
 pub mod store;
 
 pub use store::{Error, Event, EventKind, Revision, Store, Stored, Write};

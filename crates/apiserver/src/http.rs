@@ -1,0 +1,839 @@
+//! The Kubernetes REST surface over the store (`apiserver.md` §1, §3):
+//! get, list (label and field selectors, `limit`/`continue`), watch
+//! (NDJSON, resume from a resourceVersion, bookmarks, `sendInitialEvents`,
+//! in-stream 410), create, replace, merge patch, delete, and the status
+//! subresource, with Kubernetes `Status` errors.
+//!
+//! Not yet: discovery, OpenAPI, tables, CRD registration, finalizers and
+//! garbage collection, JSON/strategic/apply patches, authentication.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::object::{
+    Change, Identity, Refusal, prepare_create, prepare_status_update, prepare_update,
+    set_resource_version,
+};
+use crate::resources::{Resource, builtins};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{self, Event, EventKind, Revision, Store, Stored, Write};
+
+/// Watches without `timeoutSeconds` end after this long, as real servers do.
+const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// Objects read from the store at a time while listing.
+const LIST_PAGE: usize = 1000;
+/// Largest accepted request body.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// The server's state.
+pub struct ApiServer {
+    store: Store,
+    resources: Vec<Resource>,
+}
+
+impl ApiServer {
+    /// A server over `store`, serving the built-in kinds.
+    pub fn new(store: Store) -> Arc<ApiServer> {
+        Arc::new(ApiServer {
+            store,
+            resources: builtins(),
+        })
+    }
+
+    /// The store underneath (for tests and compaction).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
+/// The router: `/version` and every resource path.
+pub fn router(server: Arc<ApiServer>) -> Router {
+    Router::new()
+        .route("/version", axum::routing::get(version))
+        .fallback(handle)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(server)
+}
+
+async fn version() -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "major": "1", "minor": "34", "gitVersion": concat!("v1.34.0-modelplane.", env!("CARGO_PKG_VERSION")),
+            "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+        }),
+    )
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// A Kubernetes `Status` failure.
+#[derive(Debug)]
+pub struct Failure {
+    code: StatusCode,
+    reason: &'static str,
+    message: String,
+    details: Option<Value>,
+}
+
+impl Failure {
+    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    fn body(&self) -> Value {
+        let mut body = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": self.message, "reason": self.reason, "code": self.code.as_u16(),
+        });
+        if let Some(details) = &self.details {
+            body["details"] = details.clone();
+        }
+        body
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        json_response(self.code, &self.body())
+    }
+}
+
+/// What a path addresses.
+#[derive(Debug)]
+struct Target {
+    resource: Resource,
+    namespace: Option<String>,
+    name: Option<String>,
+    status: bool,
+}
+
+impl Target {
+    fn qualified(&self) -> String {
+        if self.resource.group.is_empty() {
+            self.resource.plural.clone()
+        } else {
+            format!("{}.{}", self.resource.plural, self.resource.group)
+        }
+    }
+
+    fn details(&self, name: &str) -> Value {
+        json!({ "name": name, "group": self.resource.group, "kind": self.resource.plural })
+    }
+
+    fn not_found(&self, name: &str) -> Failure {
+        Failure {
+            details: Some(self.details(name)),
+            ..Failure::new(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("{} \"{name}\" not found", self.qualified()),
+            )
+        }
+    }
+
+    fn list_prefix(&self) -> String {
+        match (&self.namespace, self.resource.namespaced) {
+            (Some(ns), true) => self.resource.namespace_prefix(ns),
+            _ => self.resource.prefix(),
+        }
+    }
+}
+
+fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
+    let not_found = || {
+        Failure::new(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    };
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match parts.as_slice() {
+        ["api", version, rest @ ..] => ("", *version, rest),
+        ["apis", group, version, rest @ ..] => (*group, *version, rest),
+        _ => return Err(not_found()),
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, rest @ ..] => (
+            Some(ns.to_string()),
+            std::iter::once(*plural)
+                .chain(rest.iter().copied())
+                .collect::<Vec<_>>(),
+        ),
+        _ => (None, rest.to_vec()),
+    };
+    // `/api/v1/namespaces/NAME` addresses the namespace itself.
+    let (plural, name, sub) = match (namespace.as_deref(), rest.as_slice()) {
+        (Some(ns), []) if group.is_empty() => ("namespaces", Some(ns.to_string()), None),
+        (Some(ns), ["status"]) if group.is_empty() => {
+            ("namespaces", Some(ns.to_string()), Some("status"))
+        }
+        (_, [plural]) => (*plural, None, None),
+        (_, [plural, name]) => (*plural, Some(name.to_string()), None),
+        (_, [plural, name, sub]) => (*plural, Some(name.to_string()), Some(*sub)),
+        _ => return Err(not_found()),
+    };
+    let namespace = if plural == "namespaces" && group.is_empty() {
+        None
+    } else {
+        namespace
+    };
+    let resource = server
+        .resources
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .cloned()
+        .ok_or_else(not_found)?;
+    let status = match sub {
+        None => false,
+        Some("status") if resource.status => true,
+        Some(_) => return Err(not_found()),
+    };
+    Ok(Target {
+        resource,
+        namespace,
+        name,
+        status,
+    })
+}
+
+fn query(uri: &Uri) -> BTreeMap<String, String> {
+    uri.query()
+        .map(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn store_failure(target: &Target, name: &str, e: store::Error) -> Failure {
+    match e {
+        store::Error::NotFound(_) => target.not_found(name),
+        store::Error::AlreadyExists(_) => Failure {
+            details: Some(target.details(name)),
+            ..Failure::new(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                format!("{} \"{name}\" already exists", target.qualified()),
+            )
+        },
+        store::Error::Conflict { .. } => Failure {
+            details: Some(target.details(name)),
+            ..Failure::new(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                    target.qualified()
+                ),
+            )
+        },
+        store::Error::Compacted { .. } => Failure::new(StatusCode::GONE, "Expired", e.to_string()),
+        other => Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            other.to_string(),
+        ),
+    }
+}
+
+fn refusal(target: &Target, name: &str, r: Refusal) -> Failure {
+    match r {
+        Refusal::Invalid { field, message } => Failure {
+            details: Some(json!({
+                "name": name, "group": target.resource.group, "kind": target.resource.kind,
+                "causes": [{ "reason": "FieldValueInvalid", "message": format!("Invalid value: {message}"), "field": field }],
+            })),
+            ..Failure::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!(
+                    "{} \"{name}\" is invalid: {field}: Invalid value: {message}",
+                    target.resource.kind
+                ),
+            )
+        },
+        Refusal::BadRequest(message) => {
+            Failure::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+        }
+    }
+}
+
+fn decode(stored: &Stored) -> Result<Value, Failure> {
+    let mut object: Value = serde_json::from_slice(&stored.value).map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            format!("stored object is not JSON: {e}"),
+        )
+    })?;
+    set_resource_version(&mut object, stored.revision);
+    Ok(object)
+}
+
+fn encode(object: &Value) -> Vec<u8> {
+    let mut stored = object.clone();
+    if let Some(meta) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    stored.to_string().into_bytes()
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, Failure> {
+    serde_json::from_slice(body).map_err(|e| {
+        Failure::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("the request body is not valid JSON: {e}"),
+        )
+    })
+}
+
+fn precondition(object: &Value) -> Result<Option<Revision>, Failure> {
+    match object["metadata"]["resourceVersion"].as_str() {
+        None | Some("") => Ok(None),
+        Some(rv) => rv.parse().map(Some).map_err(|_| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("invalid resourceVersion {rv:?}"),
+            )
+        }),
+    }
+}
+
+async fn handle(
+    State(server): State<Arc<ApiServer>>,
+    method: Method,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let result = async {
+        let target = parse_target(&server, uri.path())?;
+        let query = query(&uri);
+        match (&method, target.name.clone()) {
+            (&Method::GET, Some(name)) => get(&server, &target, &name).await,
+            (&Method::GET, None)
+                if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
+            {
+                watch(server.clone(), target, &query)
+            }
+            (&Method::GET, None) => list(&server, &target, &query).await,
+            (&Method::POST, None) => create(&server, &target, &body).await,
+            (&Method::PUT, Some(name)) => {
+                replace(&server, &target, &name, parse_body(&body)?).await
+            }
+            (&Method::PATCH, Some(name)) => patch(&server, &target, &name, &body).await,
+            (&Method::DELETE, Some(name)) => delete(&server, &target, &name, &body).await,
+            _ => Err(Failure::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                format!("{method} is not supported on {}", uri.path()),
+            )),
+        }
+    }
+    .await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failure> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        )
+    })
+}
+
+async fn read(server: &Arc<ApiServer>, target: &Target, name: &str) -> Result<Stored, Failure> {
+    let key = target.resource.key(target.namespace.as_deref(), name);
+    let s = server.clone();
+    blocking(move || s.store.get(&key))
+        .await?
+        .map_err(|e| store_failure(target, name, e))?
+        .ok_or_else(|| target.not_found(name))
+}
+
+async fn get(server: &Arc<ApiServer>, target: &Target, name: &str) -> Result<Response, Failure> {
+    let stored = read(server, target, name).await?;
+    Ok(json_response(StatusCode::OK, &decode(&stored)?))
+}
+
+async fn write(
+    server: &ApiServer,
+    target: &Target,
+    name: &str,
+    w: Write,
+) -> Result<Stored, Failure> {
+    server
+        .store
+        .submit(w)
+        .await
+        .map_err(|_| {
+            Failure::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "the store is shutting down",
+            )
+        })?
+        .map_err(|e| store_failure(target, name, e))
+}
+
+async fn create(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    body: &Bytes,
+) -> Result<Response, Failure> {
+    let mut object = parse_body(body)?;
+    let given = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    prepare_create(
+        &mut object,
+        &target.resource,
+        target.namespace.as_deref(),
+        &Identity::fresh(),
+    )
+    .map_err(|r| refusal(target, &given, r))?;
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let key = target.resource.key(target.namespace.as_deref(), &name);
+    let stored = write(
+        server,
+        target,
+        &name,
+        Write::Create {
+            key,
+            value: encode(&object),
+        },
+    )
+    .await?;
+    Ok(json_response(StatusCode::CREATED, &decode(&stored)?))
+}
+
+/// Stores `new` (already prepared) as the successor of `old`, unless nothing changed.
+async fn store_update(
+    server: &ApiServer,
+    target: &Target,
+    name: &str,
+    old: &Stored,
+    new: Value,
+    change: Change,
+    expected: Option<Revision>,
+) -> Result<Response, Failure> {
+    if let Some(expected) = expected
+        && expected != old.revision
+    {
+        return Err(store_failure(
+            target,
+            name,
+            store::Error::Conflict {
+                key: old.key.clone(),
+                expected,
+                actual: old.revision,
+            },
+        ));
+    }
+    if change == Change::Unchanged {
+        return Ok(json_response(StatusCode::OK, &decode(old)?));
+    }
+    let stored = write(
+        server,
+        target,
+        name,
+        Write::Update {
+            key: old.key.clone(),
+            expected: Some(old.revision),
+            value: encode(&new),
+        },
+    )
+    .await?;
+    Ok(json_response(StatusCode::OK, &decode(&stored)?))
+}
+
+async fn replace(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    mut new: Value,
+) -> Result<Response, Failure> {
+    let expected = precondition(&new)?;
+    let old = read(server, target, name).await?;
+    let old_object = decode(&old)?;
+    let (new, change) = if target.status {
+        prepare_status_update(&old_object, &new)
+    } else {
+        let change = prepare_update(&old_object, &mut new, &target.resource)
+            .map_err(|r| refusal(target, name, r))?;
+        (new, change)
+    };
+    store_update(server, target, name, &old, new, change, expected).await
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+async fn patch(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    body: &Bytes,
+) -> Result<Response, Failure> {
+    let patch = parse_body(body)?;
+    let expected = precondition(&patch)?;
+    let old = read(server, target, name).await?;
+    let old_object = decode(&old)?;
+    let mut new = old_object.clone();
+    if !patch.is_object() {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "a merge patch must be a JSON object",
+        ));
+    }
+    merge_patch(&mut new, &patch);
+    let (new, change) = if target.status {
+        prepare_status_update(&old_object, &new)
+    } else {
+        let change = prepare_update(&old_object, &mut new, &target.resource)
+            .map_err(|r| refusal(target, name, r))?;
+        (new, change)
+    };
+    store_update(server, target, name, &old, new, change, expected).await
+}
+
+async fn delete(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    body: &Bytes,
+) -> Result<Response, Failure> {
+    let options: Value = if body.is_empty() {
+        json!({})
+    } else {
+        parse_body(body)?
+    };
+    let expected = options["preconditions"]["resourceVersion"]
+        .as_str()
+        .map(|rv| rv.parse::<Revision>())
+        .transpose()
+        .map_err(|_| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "invalid preconditions.resourceVersion",
+            )
+        })?;
+    let key = target.resource.key(target.namespace.as_deref(), name);
+    let stored = write(server, target, name, Write::Delete { key, expected }).await?;
+    Ok(json_response(StatusCode::OK, &decode(&stored)?))
+}
+
+/// Whether an object passes the request's selectors.
+struct Filter {
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn from_query(query: &BTreeMap<String, String>) -> Result<Filter, Failure> {
+        let bad = |e: String| Failure::new(StatusCode::BAD_REQUEST, "BadRequest", e);
+        Ok(Filter {
+            labels: LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str))
+                .map_err(bad)?,
+            fields: FieldSelector::parse(query.get("fieldSelector").map_or("", String::as_str))
+                .map_err(bad)?,
+        })
+    }
+
+    fn matches(&self, object: &Value) -> bool {
+        self.labels.matches(&object["metadata"]["labels"]) && self.fields.matches(object)
+    }
+}
+
+fn continue_token(revision: Revision, last_key: &str) -> String {
+    let raw = format!("{revision}\n{last_key}");
+    raw.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn parse_continue(token: &str) -> Option<(Revision, String)> {
+    let bytes: Option<Vec<u8>> = (0..token.len())
+        .step_by(2)
+        .map(|i| {
+            token
+                .get(i..i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+        })
+        .collect();
+    let text = String::from_utf8(bytes?).ok()?;
+    let (rev, key) = text.split_once('\n')?;
+    Some((rev.parse().ok()?, key.to_string()))
+}
+
+async fn list(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    query: &BTreeMap<String, String>,
+) -> Result<Response, Failure> {
+    let filter = Filter::from_query(query)?;
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let start = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(
+            parse_continue(token)
+                .ok_or_else(|| {
+                    Failure::new(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequest",
+                        "invalid continue token",
+                    )
+                })?
+                .1,
+        ),
+        None => None,
+    };
+    let prefix = target.list_prefix();
+    let s = server.clone();
+    // Selectors filter after the read, so read in pages until `limit` match.
+    let (revision, items, more) = blocking(move || {
+        let mut items = Vec::new();
+        let mut after = start;
+        let mut revision = None;
+        loop {
+            let (rev, page) = s.store.list(&prefix, after.as_deref(), Some(LIST_PAGE))?;
+            let revision = *revision.get_or_insert(rev);
+            let full = page.len() == LIST_PAGE;
+            for stored in page {
+                after = Some(stored.key.clone());
+                let mut object: Value =
+                    serde_json::from_slice(&stored.value).unwrap_or(Value::Null);
+                set_resource_version(&mut object, stored.revision);
+                if !filter.matches(&object) {
+                    continue;
+                }
+                items.push(object);
+                if limit.is_some_and(|l| items.len() >= l) {
+                    let more = !s
+                        .store
+                        .list(&prefix, after.as_deref(), Some(1))?
+                        .1
+                        .is_empty();
+                    return Ok::<_, store::Error>((revision, items, after.filter(|_| more)));
+                }
+            }
+            if !full {
+                return Ok((revision, items, None));
+            }
+        }
+    })
+    .await?
+    .map_err(|e| store_failure(target, "", e))?;
+    let mut metadata = json!({ "resourceVersion": revision.to_string() });
+    if let Some(last) = more {
+        metadata["continue"] = json!(continue_token(revision, &last));
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": format!("{}List", target.resource.kind),
+            "apiVersion": target.resource.api_version(),
+            "metadata": metadata,
+            "items": items,
+        }),
+    ))
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = json!({ "type": kind, "object": object }).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+fn bookmark(target: &Target, revision: Revision, initial_end: bool) -> Bytes {
+    let mut metadata = json!({ "resourceVersion": revision.to_string() });
+    if initial_end {
+        metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
+    }
+    event_line(
+        "BOOKMARK",
+        &json!({ "kind": target.resource.kind, "apiVersion": target.resource.api_version(), "metadata": metadata }),
+    )
+}
+
+fn expired(message: String) -> Bytes {
+    event_line(
+        "ERROR",
+        &Failure::new(StatusCode::GONE, "Expired", message).body(),
+    )
+}
+
+fn watch(
+    server: Arc<ApiServer>,
+    target: Target,
+    query: &BTreeMap<String, String>,
+) -> Result<Response, Failure> {
+    let filter = Filter::from_query(query)?;
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map_or(DEFAULT_WATCH_TIMEOUT, Duration::from_secs);
+    let bookmarks = query
+        .get("allowWatchBookmarks")
+        .is_some_and(|v| v == "true");
+    let send_initial = query.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let from: Option<Revision> = match query.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => None,
+        Some(rv) => Some(rv.parse().map_err(|_| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("invalid resourceVersion {rv:?}"),
+            )
+        })?),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
+    // Subscribe before reading anything, so no change falls in between.
+    let mut live = server.store.subscribe();
+    let prefix = target.list_prefix();
+    tokio::spawn(async move {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let initial = from.is_none() || send_initial;
+        let s = server.clone();
+        let p = prefix.clone();
+        let start = blocking(move || -> Result<(Revision, Vec<Event>), store::Error> {
+            match from {
+                Some(rv) if !send_initial => Ok((rv, s.store.events_since(&p, rv)?)),
+                _ => {
+                    let (rev, items) = s.store.list(&p, None, None)?;
+                    let added = items
+                        .into_iter()
+                        .map(|st| Event {
+                            kind: EventKind::Added,
+                            key: st.key,
+                            revision: st.revision,
+                            value: st.value,
+                        })
+                        .collect();
+                    Ok((rev, added))
+                }
+            }
+        })
+        .await;
+        let (mut seen, backlog) = match start {
+            Ok(Ok(start)) => start,
+            Ok(Err(e)) => {
+                let _ = tx.send(expired(e.to_string())).await;
+                return;
+            }
+            Err(_) => return,
+        };
+        for event in &backlog {
+            seen = seen.max(event.revision);
+            if let Some(line) = render_event(event, &filter)
+                && tx.send(line).await.is_err()
+            {
+                return;
+            }
+        }
+        if initial && send_initial && bookmarks {
+            let _ = tx.send(bookmark(&target, seen, true)).await;
+        }
+        loop {
+            tokio::select! {
+                () = &mut deadline => {
+                    if bookmarks {
+                        let _ = tx.send(bookmark(&target, seen, false)).await;
+                    }
+                    return;
+                }
+                () = tx.closed() => return,
+                received = live.recv() => match received {
+                    Ok(event) => {
+                        if event.revision <= seen || !event.key.starts_with(&prefix) {
+                            continue;
+                        }
+                        seen = event.revision;
+                        if let Some(line) = render_event(&event, &filter)
+                            && tx.send(line).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        let _ = tx.send(expired("the watch fell behind; list again".into())).await;
+                        return;
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
+fn render_event(event: &Event, filter: &Filter) -> Option<Bytes> {
+    let mut object: Value = serde_json::from_slice(&event.value).ok()?;
+    set_resource_version(&mut object, event.revision);
+    if !filter.matches(&object) {
+        return None;
+    }
+    let kind = match event.kind {
+        EventKind::Added => "ADDED",
+        EventKind::Modified => "MODIFIED",
+        EventKind::Deleted => "DELETED",
+    };
+    Some(event_line(kind, &object))
+}

@@ -1,0 +1,358 @@
+//! The REST surface in-process (the router as a tower service): CRUD,
+//! selectors and paging, conflicts and no-op writes, merge patch, the status
+//! subresource, and watches that resume, filter and expire.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use modelplane_apiserver::Store;
+use modelplane_apiserver::http::{ApiServer, router};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: Arc<ApiServer>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(&dir.path().join("state.db")).expect("store");
+        Fixture {
+            _dir: dir,
+            server: ApiServer::new(store),
+        }
+    }
+
+    async fn call(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", "application/json")
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .expect("request");
+        let response = router(self.server.clone())
+            .oneshot(request)
+            .await
+            .expect("response");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// A watch's events until the stream ends.
+    async fn watch(&self, uri: &str) -> Vec<Value> {
+        let request = Request::builder()
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request");
+        let response = router(self.server.clone())
+            .oneshot(request)
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
+            .collect()
+    }
+}
+
+const CM: &str = "/api/v1/namespaces/ns/configmaps";
+
+fn cm(name: &str, labels: Value) -> Value {
+    json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": name, "labels": labels }, "data": { "k": "v" } })
+}
+
+fn rv(object: &Value) -> i64 {
+    object["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .parse()
+        .expect("number")
+}
+
+#[tokio::test]
+async fn create_get_replace_delete_with_kubernetes_status_errors() {
+    let f = Fixture::new();
+    let (code, created) = f.call(Method::POST, CM, Some(cm("a", json!({})))).await;
+    assert_eq!(code, StatusCode::CREATED);
+    assert_eq!(created["metadata"]["namespace"], "ns");
+    assert!(created["metadata"]["uid"].is_string());
+    let (code, again) = f.call(Method::POST, CM, Some(cm("a", json!({})))).await;
+    assert_eq!(code, StatusCode::CONFLICT);
+    assert_eq!(again["reason"], "AlreadyExists");
+    assert_eq!(again["message"], "configmaps \"a\" already exists");
+
+    let (code, got) = f.call(Method::GET, &format!("{CM}/a"), None).await;
+    assert_eq!((code, rv(&got)), (StatusCode::OK, rv(&created)));
+
+    let mut changed = got.clone();
+    changed["data"]["k"] = json!("w");
+    let (code, replaced) = f
+        .call(Method::PUT, &format!("{CM}/a"), Some(changed.clone()))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(rv(&replaced) > rv(&got));
+    let (code, stale) = f.call(Method::PUT, &format!("{CM}/a"), Some(changed)).await;
+    assert_eq!(code, StatusCode::CONFLICT);
+    assert!(
+        stale["message"]
+            .as_str()
+            .expect("message")
+            .contains("the object has been modified")
+    );
+
+    let (code, same) = f
+        .call(Method::PUT, &format!("{CM}/a"), Some(replaced.clone()))
+        .await;
+    assert_eq!(
+        (code, rv(&same)),
+        (StatusCode::OK, rv(&replaced)),
+        "a no-op write keeps the revision"
+    );
+
+    let (code, _) = f.call(Method::DELETE, &format!("{CM}/a"), None).await;
+    assert_eq!(code, StatusCode::OK);
+    let (code, gone) = f.call(Method::GET, &format!("{CM}/a"), None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert_eq!(gone["kind"], "Status");
+    assert_eq!(gone["details"]["name"], "a");
+
+    let (code, invalid) = f
+        .call(Method::POST, CM, Some(cm("Bad_Name", json!({}))))
+        .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(invalid["reason"], "Invalid");
+    let (code, _) = f
+        .call(Method::GET, "/api/v1/namespaces/ns/widgets", None)
+        .await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    let (code, version) = f.call(Method::GET, "/version", None).await;
+    assert_eq!(
+        (code, version["major"].as_str()),
+        (StatusCode::OK, Some("1"))
+    );
+}
+
+#[tokio::test]
+async fn lists_filter_by_selectors_and_page_with_continue() {
+    let f = Fixture::new();
+    for i in 0..5 {
+        let tier = if i % 2 == 0 { "even" } else { "odd" };
+        f.call(
+            Method::POST,
+            CM,
+            Some(cm(&format!("c{i}"), json!({ "tier": tier }))),
+        )
+        .await;
+    }
+    f.call(
+        Method::POST,
+        "/api/v1/namespaces/other/configmaps",
+        Some(cm("x", json!({}))),
+    )
+    .await;
+
+    let (_, all) = f.call(Method::GET, "/api/v1/configmaps", None).await;
+    assert_eq!(all["kind"], "ConfigMapList");
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(6));
+    let (_, even) = f
+        .call(
+            Method::GET,
+            &format!("{CM}?labelSelector=tier%3Deven"),
+            None,
+        )
+        .await;
+    assert_eq!(even["items"].as_array().map(Vec::len), Some(3));
+    let (_, named) = f
+        .call(
+            Method::GET,
+            &format!("{CM}?fieldSelector=metadata.name%3Dc4"),
+            None,
+        )
+        .await;
+    assert_eq!(named["items"][0]["metadata"]["name"], "c4");
+
+    let mut names = Vec::new();
+    let mut uri = format!("{CM}?limit=2");
+    loop {
+        let (_, page) = f.call(Method::GET, &uri, None).await;
+        names.extend(page["items"].as_array().expect("items").iter().map(|i| {
+            i["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }));
+        match page["metadata"]["continue"].as_str() {
+            Some(token) => uri = format!("{CM}?limit=2&continue={token}"),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["c0", "c1", "c2", "c3", "c4"]);
+}
+
+#[tokio::test]
+async fn merge_patch_and_the_status_subresource() {
+    let f = Fixture::new();
+    let deployments = "/apis/apps/v1/namespaces/ns/deployments";
+    let (_, created) = f
+        .call(Method::POST, deployments, Some(json!({ "metadata": { "name": "d" }, "spec": { "replicas": 1 }, "status": { "replicas": 9 } })))
+        .await;
+    assert!(created.get("status").is_none(), "create drops status");
+    let (code, patched) = f
+        .call(
+            Method::PATCH,
+            &format!("{deployments}/d"),
+            Some(json!({ "metadata": { "labels": { "a": "b" } }, "spec": { "replicas": 3 } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(patched["metadata"]["generation"], 2);
+    assert_eq!(patched["metadata"]["labels"]["a"], "b");
+    let (code, status) = f
+        .call(
+            Method::PATCH,
+            &format!("{deployments}/d/status"),
+            Some(json!({ "status": { "readyReplicas": 3 }, "spec": { "replicas": 100 } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(status["status"]["readyReplicas"], 3);
+    assert_eq!(
+        status["spec"]["replicas"], 3,
+        "the status endpoint ignores spec"
+    );
+    assert_eq!(
+        status["metadata"]["generation"], 2,
+        "status writes never bump generation"
+    );
+    let (code, removed) = f
+        .call(
+            Method::PATCH,
+            &format!("{deployments}/d"),
+            Some(json!({ "metadata": { "labels": { "a": null } } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(
+        removed["metadata"].get("labels").is_none(),
+        "null removes, and empty maps are omitted"
+    );
+    let (code, _) = f
+        .call(Method::PATCH, &format!("{CM}/none"), Some(json!({})))
+        .await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn watches_resume_filter_bookmark_and_expire() {
+    let f = Fixture::new();
+    // Revision 1 goes elsewhere, so `rv(a) - 1` is a real revision, not "0" (any).
+    f.call(
+        Method::POST,
+        "/api/v1/namespaces/first/configmaps",
+        Some(cm("first", json!({}))),
+    )
+    .await;
+    let (_, a) = f
+        .call(Method::POST, CM, Some(cm("a", json!({ "w": "yes" }))))
+        .await;
+    f.call(Method::POST, CM, Some(cm("b", json!({})))).await;
+    f.call(
+        Method::POST,
+        "/api/v1/namespaces/other/configmaps",
+        Some(cm("c", json!({ "w": "yes" }))),
+    )
+    .await;
+    f.call(Method::DELETE, &format!("{CM}/a"), None).await;
+
+    // From a revision: every later change under the prefix, in order.
+    let events = f
+        .watch(&format!(
+            "{CM}?watch=true&resourceVersion={}&timeoutSeconds=1&allowWatchBookmarks=true",
+            rv(&a)
+        ))
+        .await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(kinds, ["ADDED", "DELETED", "BOOKMARK"]);
+    assert_eq!(events[0]["object"]["metadata"]["name"], "b");
+
+    // With a label selector, across namespaces.
+    let events = f
+        .watch(&format!(
+            "/api/v1/configmaps?watch=1&resourceVersion={}&timeoutSeconds=1&labelSelector=w",
+            rv(&a) - 1
+        ))
+        .await;
+    let names: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default(),
+                e["object"]["metadata"]["name"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(names, [("ADDED", "a"), ("ADDED", "c"), ("DELETED", "a")]);
+
+    // sendInitialEvents: the current state, then a bookmark marking its end.
+    let events = f.watch(&format!("{CM}?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&timeoutSeconds=1")).await;
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[1]["type"], "BOOKMARK");
+    assert_eq!(
+        events[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+
+    // Compacted history: an in-stream 410.
+    let now = f.server.store().revision().expect("revision");
+    f.server.store().compact(now).expect("compact");
+    let events = f
+        .watch(&format!("{CM}?watch=true&resourceVersion={}", rv(&a)))
+        .await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["type"], "ERROR");
+    assert_eq!(events[0]["object"]["code"], 410);
+    assert_eq!(events[0]["object"]["reason"], "Expired");
+}
+
+#[tokio::test]
+async fn a_live_watch_sees_writes_made_after_it_started() {
+    let f = Arc::new(Fixture::new());
+    let watcher = {
+        let f = f.clone();
+        tokio::spawn(async move {
+            f.watch(&format!(
+                "{CM}?watch=true&resourceVersion=0&timeoutSeconds=2"
+            ))
+            .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    f.call(Method::POST, CM, Some(cm("live", json!({})))).await;
+    let events = watcher.await.expect("watcher");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[0]["object"]["metadata"]["name"], "live");
+}
