@@ -9,6 +9,7 @@ pub mod http;
 pub mod object;
 pub mod resources;
 pub mod selector;
+pub mod serve;
 pub mod store;
 
 pub use store::{Error, Event, EventKind, Revision, Store, Stored, Write};

@@ -1,6 +1,7 @@
 //! `modelplane`: the one binary. Each subcommand lives in its own module;
 //! this file only parses arguments and maps outcomes to exit codes.
 
+mod apiserver;
 mod crds;
 mod fleet;
 mod inputs;
@@ -51,6 +52,8 @@ enum Command {
     Providers(providers::ProvidersArgs),
     /// List the locked serving-stack recipes of this release.
     Recipes(recipes::RecipesArgs),
+    /// Serve the embedded Kubernetes-compatible API server.
+    Apiserver(apiserver::ApiserverArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         }
         Command::Crds(args) => report(crds::run(&args)),
         Command::Recipes(args) => report(recipes::run(&args)),
+        Command::Apiserver(args) => report(apiserver::run(&args)),
         Command::Providers(args) => match providers::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

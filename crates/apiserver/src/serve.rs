@@ -1,0 +1,240 @@
+//! Serving over TCP: the data directory (store, token, kubeconfig), bearer
+//! token authentication, and graceful shutdown.
+//!
+//! `DIR/state.db` is the store; `DIR/token` the bearer token and
+//! `DIR/tls.crt`/`DIR/tls.key` a self-signed certificate, generated on first
+//! start; `DIR/kubeconfig` points kubectl and kube-rs at the server with
+//! that token, trusting that certificate. Secrets are written with mode
+//! 0600. TLS is not optional with a token: client-go (kubectl) never sends
+//! bearer tokens over plain HTTP.
+//!
+//! Shutdown stops accepting connections; requests in flight end with the
+//! process.
+
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use axum::extract::Request;
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::Store;
+use crate::http::{ApiServer, router};
+
+/// How to serve.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the store, token and kubeconfig live.
+    pub data_dir: PathBuf,
+    /// Address to listen on (loopback unless told otherwise).
+    pub listen: SocketAddr,
+}
+
+/// Writes `contents` to `path` readable by the owner only.
+fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()
+}
+
+/// The token in `DIR/token`, generated on first start.
+fn token(dir: &Path) -> std::io::Result<String> {
+    let path = dir.join("token");
+    match std::fs::read_to_string(&path) {
+        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_string()),
+        _ => {
+            let token = format!(
+                "{}{}",
+                uuid::Uuid::new_v4().simple(),
+                uuid::Uuid::new_v4().simple()
+            );
+            write_private(&path, &token)?;
+            Ok(token)
+        }
+    }
+}
+
+/// A kubeconfig for `server`, trusting the base64 PEM `ca`, with `token`.
+pub fn kubeconfig(server: &str, ca: &str, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: modelplane\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: modelplane\n  user:\n    token: {token}\ncontexts:\n- name: modelplane\n  context:\n    cluster: modelplane\n    user: modelplane\n    namespace: default\ncurrent-context: modelplane\n"
+    )
+}
+
+/// Equal in time independent of where the inputs differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn authenticate(token: std::sync::Arc<String>, request: Request, next: Next) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        return next.run(request).await;
+    }
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "Unauthorized", "reason": "Unauthorized", "code": 401,
+    });
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// The server's certificate and key (PEM), generated on first start for
+/// `localhost`, `127.0.0.1`, `::1` and the listen address.
+fn certificate(dir: &Path, listen: SocketAddr) -> std::io::Result<(String, String)> {
+    let (cert_path, key_path) = (dir.join("tls.crt"), dir.join("tls.key"));
+    if let (Ok(cert), Ok(key)) = (
+        std::fs::read_to_string(&cert_path),
+        std::fs::read_to_string(&key_path),
+    ) {
+        return Ok((cert, key));
+    }
+    let mut names = vec![
+        "localhost".to_string(),
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+    ];
+    if !listen.ip().is_unspecified() && !listen.ip().is_loopback() {
+        names.push(listen.ip().to_string());
+    }
+    let generated = rcgen::generate_simple_self_signed(names).map_err(std::io::Error::other)?;
+    let (cert, key) = (generated.cert.pem(), generated.signing_key.serialize_pem());
+    write_private(&key_path, &key)?;
+    write_private(&cert_path, &cert)?;
+    Ok((cert, key))
+}
+
+fn tls_config(cert: &str, key: &str) -> std::io::Result<rustls::ServerConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(std::io::Error::other)?;
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).map_err(std::io::Error::other)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(std::io::Error::other)?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(std::io::Error::other)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Standard base64 (the kubeconfig's `certificate-authority-data`).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Serves until `shutdown` resolves; `ready` gets the bound address once
+/// the kubeconfig is written.
+pub async fn serve(
+    config: Config,
+    ready: impl FnOnce(SocketAddr, &Path),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(&config.data_dir)?;
+    let store = Store::open(&config.data_dir.join("state.db")).map_err(|e| {
+        std::io::Error::other(format!(
+            "opening {}: {e}",
+            config.data_dir.join("state.db").display()
+        ))
+    })?;
+    let token = std::sync::Arc::new(token(&config.data_dir)?);
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let addr = listener.local_addr()?;
+    let (cert, key) = certificate(&config.data_dir, addr)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls_config(&cert, &key)?));
+    let path = config.data_dir.join("kubeconfig");
+    write_private(
+        &path,
+        &kubeconfig(&format!("https://{addr}"), &base64(cert.as_bytes()), &token),
+    )?;
+    let app = router(ApiServer::new(store)).layer(axum::middleware::from_fn(move |req, next| {
+        authenticate(token.clone(), req, next)
+    }));
+    ready(addr, &path);
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            () = &mut shutdown => return Ok(()),
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            // A failed handshake concerns that client only.
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+        });
+    }
+}
+
+/// Runs [`serve`] on its own runtime until Ctrl-C.
+pub fn run(config: Config, ready: impl FnOnce(SocketAddr, &Path)) -> std::io::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(config, ready, async {
+            let _ = tokio::signal::ctrl_c().await;
+        }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64;
+
+    #[test]
+    fn base64_matches_rfc_4648() {
+        for (raw, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(raw.as_bytes()), encoded);
+        }
+    }
+}
