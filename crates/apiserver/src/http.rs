@@ -4,7 +4,7 @@
 //! in-stream 410), create, replace, merge patch, delete, and the status
 //! subresource, with Kubernetes `Status` errors.
 //!
-//! Not yet: discovery, OpenAPI, tables, CRD registration, finalizers and
+//! Legacy discovery is served too. Not yet: aggregated discovery, OpenAPI, tables, CRD registration, finalizers and
 //! garbage collection, JSON/strategic/apply patches, authentication.
 
 use std::collections::BTreeMap;
@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::discovery;
 use crate::object::{
     Change, Identity, Refusal, prepare_create, prepare_status_update, prepare_update,
     set_resource_version,
@@ -325,12 +326,52 @@ fn precondition(object: &Value) -> Result<Option<Revision>, Failure> {
     }
 }
 
+/// Refuses bodies the server cannot read with 415, which tells client-go
+/// to fall back from protobuf to JSON.
+fn check_content_type(method: &Method, headers: &axum::http::HeaderMap) -> Result<(), Failure> {
+    let accepted: &[&str] = match *method {
+        Method::POST | Method::PUT => &["application/json"],
+        Method::PATCH => &["application/merge-patch+json"],
+        _ => return Ok(()),
+    };
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        });
+    match content_type.as_deref() {
+        Some(t) if !accepted.contains(&t) => Err(Failure::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                accepted.join(", ")
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 async fn handle(
     State(server): State<Arc<ApiServer>>,
     method: Method,
     uri: Uri,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
+    if let Err(failure) = check_content_type(&method, &headers) {
+        return failure.into_response();
+    }
+    if method == Method::GET
+        && let Some(body) = discover(&server, uri.path())
+    {
+        return json_response(StatusCode::OK, &body);
+    }
     let result = async {
         let target = parse_target(&server, uri.path())?;
         let query = query(&uri);
@@ -357,6 +398,18 @@ async fn handle(
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Discovery documents, for the paths that are not resources.
+fn discover(server: &ApiServer, path: &str) -> Option<Value> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["api"] => Some(discovery::core_versions()),
+        ["apis"] => Some(discovery::groups(&server.resources)),
+        ["api", version] => discovery::resource_list(&server.resources, "", version),
+        ["apis", group, version] => discovery::resource_list(&server.resources, group, version),
+        _ => None,
+    }
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failure> {

@@ -5,6 +5,7 @@
 //! [`object`] metadata rules. The HTTP API will sit on them
 //! (`../shared/spec/apiserver.md` §3).
 
+pub mod discovery;
 pub mod http;
 pub mod object;
 pub mod resources;

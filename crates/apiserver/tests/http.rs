@@ -29,9 +29,16 @@ impl Fixture {
 
     async fn call(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
         let request = Request::builder()
-            .method(method)
+            .method(method.clone())
             .uri(uri)
-            .header("content-type", "application/json")
+            .header(
+                "content-type",
+                if method == Method::PATCH {
+                    "application/merge-patch+json"
+                } else {
+                    "application/json"
+                },
+            )
             .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
             .expect("request");
         let response = router(self.server.clone())
@@ -355,4 +362,20 @@ async fn a_live_watch_sees_writes_made_after_it_started() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["type"], "ADDED");
     assert_eq!(events[0]["object"]["metadata"]["name"], "live");
+}
+
+#[tokio::test]
+async fn bodies_other_than_json_are_unsupported_media() {
+    let f = Fixture::new();
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri(CM)
+        .header("content-type", "application/vnd.kubernetes.protobuf")
+        .body(Body::from(vec![0x6b, 0x38, 0x73, 0x00]))
+        .expect("request");
+    let response = router(f.server.clone())
+        .oneshot(request)
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }

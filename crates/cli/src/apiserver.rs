@@ -16,14 +16,14 @@ token and DIR/tls.crt, DIR/tls.key a self-signed certificate (generated on first
 DIR/kubeconfig points kubectl and kube-rs at the server with both (secrets mode 0600). \
 Every acknowledged write is on disk; a restart keeps everything.
 
-Served so far: built-in kinds (Namespace, ConfigMap, Secret, Event, Lease, Deployment, \
-Pod, …) with get, list, watch, create, replace, merge patch, delete and the status \
-subresource. Not yet: discovery, OpenAPI, CRDs, finalizers and garbage collection, so \
-use `kubectl --raw` for now.
+Served so far: discovery and the built-in kinds (Namespace, ConfigMap, Secret, Event, \
+Lease, Deployment, Pod, …) with get, list, watch, create, replace, merge patch, delete \
+and the status subresource, JSON only. Not yet: OpenAPI (so use `kubectl create -f \
+--validate=false` rather than `apply`), CRDs, finalizers and garbage collection.
 
 Examples:
   modelplane apiserver --data-dir ./mp-data
-  kubectl --kubeconfig ./mp-data/kubeconfig get --raw /api/v1/namespaces/default/configmaps")]
+  kubectl --kubeconfig ./mp-data/kubeconfig get configmaps")]
 pub struct ApiserverArgs {
     /// Directory for the store, the token and the kubeconfig (created if missing).
     #[arg(long, value_name = "DIR")]

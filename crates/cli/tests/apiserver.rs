@@ -1,6 +1,7 @@
 //! `modelplane apiserver` over TCP with kubectl 1.33 as the client: the
-//! kubeconfig it writes works, requests without the token get 401, and
-//! objects survive a restart (including after SIGKILL).
+//! kubeconfig it writes works with kubectl's own verbs (create, get,
+//! label, patch, jsonpath, delete), requests without the token get 401,
+//! and objects survive a restart after SIGKILL.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -80,24 +81,53 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
         assert_eq!(mode & 0o777, 0o600, "{file} is private");
     }
 
-    let manifest = dir.path().join("cm.json");
+    // kubectl's own verbs, through discovery.
+    let manifest = dir.path().join("cm.yaml");
     std::fs::write(
         &manifest,
-        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"settings"},"data":{"k":"v"}}"#,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  k: v\n",
     )
     .expect("manifest");
     let manifest = manifest.to_string_lossy().to_string();
+    // No OpenAPI yet, so no client-side validation.
+    let (ok, out, err) = server.kubectl(&cache, &["create", "-f", &manifest, "--validate=false"]);
+    assert!(
+        ok && out.contains("configmap/settings created"),
+        "{out}{err}"
+    );
+    let (ok, out, err) = server.kubectl(&cache, &["get", "configmaps"]);
+    assert!(
+        ok && out.starts_with("NAME") && out.contains("settings"),
+        "{out}{err}"
+    );
+    let (ok, _, err) = server.kubectl(&cache, &["label", "cm", "settings", "team=a"]);
+    assert!(ok, "{err}");
     let (ok, _, err) = server.kubectl(
         &cache,
         &[
-            "create",
-            "--raw",
-            "/api/v1/namespaces/default/configmaps",
-            "-f",
-            &manifest,
+            "patch",
+            "cm",
+            "settings",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"data":{"k":"w"}}"#,
         ],
     );
     assert!(ok, "{err}");
+    let (ok, out, err) = server.kubectl(
+        &cache,
+        &[
+            "get",
+            "cm",
+            "-l",
+            "team=a",
+            "-o",
+            "jsonpath={.items[0].data.k}",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, "w");
     let (ok, out, err) = server.kubectl(
         &cache,
         &[
@@ -108,7 +138,7 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     );
     assert!(ok, "{err}");
     let object: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    assert_eq!(object["data"]["k"], "v");
+    assert_eq!(object["metadata"]["labels"]["team"], "a");
 
     // A wrong token is refused.
     let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("kubeconfig");
