@@ -4,8 +4,10 @@
 //! in-stream 410), create, replace, merge patch, delete, and the status
 //! subresource, with Kubernetes `Status` errors.
 //!
-//! Legacy discovery is served too. Not yet: aggregated discovery, OpenAPI, tables, CRD registration, finalizers and
-//! garbage collection, JSON/strategic/apply patches, authentication.
+//! Legacy discovery is served too, and finalizers hold deletions until the
+//! last one is removed. Not yet: aggregated discovery, OpenAPI, tables, CRD
+//! registration, garbage collection, JSON/strategic/apply patches.
+//! Authentication wraps this router (`serve`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -517,6 +519,32 @@ async fn store_update(
     if change == Change::Unchanged {
         return Ok(json_response(StatusCode::OK, &decode(old)?));
     }
+    let old_object = decode(old)?;
+    let deleting = old_object["metadata"].get("deletionTimestamp").is_some();
+    if deleting && !has_finalizers(&new) {
+        // The last finalizer is gone: the deletion completes.
+        write(
+            server,
+            target,
+            name,
+            Write::Delete {
+                key: old.key.clone(),
+                expected: Some(old.revision),
+            },
+        )
+        .await?;
+        return Ok(json_response(StatusCode::OK, &new));
+    }
+    if deleting && added_finalizer(&old_object, &new) {
+        return Err(refusal(
+            target,
+            name,
+            Refusal::Invalid {
+                field: "metadata.finalizers".into(),
+                message: "no new finalizers can be added if the object is being deleted".into(),
+            },
+        ));
+    }
     let stored = write(
         server,
         target,
@@ -617,9 +645,71 @@ async fn delete(
                 "invalid preconditions.resourceVersion",
             )
         })?;
-    let key = target.resource.key(target.namespace.as_deref(), name);
-    let stored = write(server, target, name, Write::Delete { key, expected }).await?;
+    let old = read(server, target, name).await?;
+    if let Some(expected) = expected
+        && expected != old.revision
+    {
+        return Err(store_failure(
+            target,
+            name,
+            store::Error::Conflict {
+                key: old.key.clone(),
+                expected,
+                actual: old.revision,
+            },
+        ));
+    }
+    let mut object = decode(&old)?;
+    if !has_finalizers(&object) {
+        let stored = write(
+            server,
+            target,
+            name,
+            Write::Delete {
+                key: old.key.clone(),
+                expected: Some(old.revision),
+            },
+        )
+        .await?;
+        return Ok(json_response(StatusCode::OK, &decode(&stored)?));
+    }
+    // Finalizers hold the object: mark it, once; whoever removes the last
+    // finalizer deletes it.
+    if object["metadata"].get("deletionTimestamp").is_some() {
+        return Ok(json_response(StatusCode::OK, &object));
+    }
+    let generation = object["metadata"]["generation"].as_i64().unwrap_or(1);
+    object["metadata"]["deletionTimestamp"] = json!(crate::object::now());
+    object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+    object["metadata"]["generation"] = json!(generation + 1);
+    let stored = write(
+        server,
+        target,
+        name,
+        Write::Update {
+            key: old.key.clone(),
+            expected: Some(old.revision),
+            value: encode(&object),
+        },
+    )
+    .await?;
     Ok(json_response(StatusCode::OK, &decode(&stored)?))
+}
+
+fn added_finalizer(old: &Value, new: &Value) -> bool {
+    let before = old["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    new["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|after| after.iter().any(|f| !before.contains(f)))
+}
+
+fn has_finalizers(object: &Value) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
 }
 
 /// Whether an object passes the request's selectors.

@@ -379,3 +379,58 @@ async fn bodies_other_than_json_are_unsupported_media() {
         .expect("response");
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
 }
+
+#[tokio::test]
+async fn finalizers_hold_a_deletion_until_the_last_one_is_removed() {
+    let f = Fixture::new();
+    let mut object = cm("held", json!({}));
+    object["metadata"]["finalizers"] = json!(["example.com/cleanup"]);
+    f.call(Method::POST, CM, Some(object)).await;
+
+    let (code, marked) = f.call(Method::DELETE, &format!("{CM}/held"), None).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        marked["metadata"]["generation"], 2,
+        "setting deletionTimestamp bumps generation"
+    );
+    let (code, again) = f.call(Method::DELETE, &format!("{CM}/held"), None).await;
+    assert_eq!(
+        (code, rv(&again)),
+        (StatusCode::OK, rv(&marked)),
+        "a second delete changes nothing"
+    );
+
+    let (code, refused) = f
+        .call(
+            Method::PATCH,
+            &format!("{CM}/held"),
+            Some(json!({ "metadata": { "finalizers": ["example.com/cleanup", "late"] } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+
+    let (code, _) = f
+        .call(
+            Method::PATCH,
+            &format!("{CM}/held"),
+            Some(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let (code, _) = f.call(Method::GET, &format!("{CM}/held"), None).await;
+    assert_eq!(
+        code,
+        StatusCode::NOT_FOUND,
+        "removing the last finalizer completes the deletion"
+    );
+
+    let (code, conflict) = f
+        .call(
+            Method::DELETE,
+            &format!("{CM}/held"),
+            Some(json!({ "preconditions": { "resourceVersion": "1" } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "{conflict}");
+}
