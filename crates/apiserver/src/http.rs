@@ -6,7 +6,8 @@
 //!
 //! Legacy discovery is served too, and finalizers hold deletions until the
 //! last one is removed. Not yet: aggregated discovery, OpenAPI, tables, CRD
-//! registration, garbage collection, JSON/strategic/apply patches.
+//! registration, foreground deletion, JSON/strategic/apply patches.
+//! Garbage collection (background and orphan) is in [`crate::gc`].
 //! Authentication wraps this router (`serve`).
 
 use std::collections::BTreeMap;
@@ -390,7 +391,7 @@ async fn handle(
                 replace(&server, &target, &name, parse_body(&body)?).await
             }
             (&Method::PATCH, Some(name)) => patch(&server, &target, &name, &body).await,
-            (&Method::DELETE, Some(name)) => delete(&server, &target, &name, &body).await,
+            (&Method::DELETE, Some(name)) => delete(&server, &target, &name, &body, &query).await,
             _ => Err(Failure::new(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "MethodNotAllowed",
@@ -495,7 +496,7 @@ async fn create(
 
 /// Stores `new` (already prepared) as the successor of `old`, unless nothing changed.
 async fn store_update(
-    server: &ApiServer,
+    server: &Arc<ApiServer>,
     target: &Target,
     name: &str,
     old: &Stored,
@@ -533,6 +534,7 @@ async fn store_update(
             },
         )
         .await?;
+        spawn_collection(server, &new, false);
         return Ok(json_response(StatusCode::OK, &new));
     }
     if deleting && added_finalizer(&old_object, &new) {
@@ -628,6 +630,7 @@ async fn delete(
     target: &Target,
     name: &str,
     body: &Bytes,
+    query: &BTreeMap<String, String>,
 ) -> Result<Response, Failure> {
     let options: Value = if body.is_empty() {
         json!({})
@@ -659,6 +662,12 @@ async fn delete(
             },
         ));
     }
+    let orphan = matches!(
+        options["propagationPolicy"]
+            .as_str()
+            .or(query.get("propagationPolicy").map(String::as_str)),
+        Some("Orphan")
+    ) || options["orphanDependents"] == json!(true);
     let mut object = decode(&old)?;
     if !has_finalizers(&object) {
         let stored = write(
@@ -671,7 +680,9 @@ async fn delete(
             },
         )
         .await?;
-        return Ok(json_response(StatusCode::OK, &decode(&stored)?));
+        let deleted = decode(&stored)?;
+        spawn_collection(server, &deleted, orphan);
+        return Ok(json_response(StatusCode::OK, &deleted));
     }
     // Finalizers hold the object: mark it, once; whoever removes the last
     // finalizer deletes it.
@@ -706,10 +717,17 @@ fn added_finalizer(old: &Value, new: &Value) -> bool {
         .is_some_and(|after| after.iter().any(|f| !before.contains(f)))
 }
 
-fn has_finalizers(object: &Value) -> bool {
+pub(crate) fn has_finalizers(object: &Value) -> bool {
     object["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|f| !f.is_empty())
+}
+
+/// Starts collecting the dependents of a deleted object.
+fn spawn_collection(server: &Arc<ApiServer>, deleted: &Value, orphan: bool) {
+    if let Some(uid) = deleted["metadata"]["uid"].as_str() {
+        tokio::spawn(crate::gc::collect(server.clone(), uid.to_string(), orphan));
+    }
 }
 
 /// Whether an object passes the request's selectors.

@@ -6,6 +6,7 @@
 //! (`../shared/spec/apiserver.md` §3).
 
 pub mod discovery;
+pub mod gc;
 pub mod http;
 pub mod object;
 pub mod resources;

@@ -434,3 +434,88 @@ async fn finalizers_hold_a_deletion_until_the_last_one_is_removed() {
         .await;
     assert_eq!(code, StatusCode::NOT_FOUND, "{conflict}");
 }
+
+/// Polls until `uri` answers `code` (the garbage collector runs in the background).
+async fn eventually(f: &Fixture, uri: &str, code: StatusCode) -> Value {
+    for _ in 0..100 {
+        let (got, body) = f.call(Method::GET, uri, None).await;
+        if got == code {
+            return body;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{uri} never answered {code}");
+}
+
+fn owned_by(name: &str, owner: &Value) -> Value {
+    let mut object = cm(name, json!({}));
+    object["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+    }]);
+    object
+}
+
+#[tokio::test]
+async fn deleting_an_owner_collects_its_dependents_in_the_background() {
+    let f = Fixture::new();
+    let (_, owner) = f.call(Method::POST, CM, Some(cm("owner", json!({})))).await;
+    let (_, child) = f
+        .call(Method::POST, CM, Some(owned_by("child", &owner)))
+        .await;
+    f.call(Method::POST, CM, Some(owned_by("grandchild", &child)))
+        .await;
+    let (_, other) = f
+        .call(Method::POST, CM, Some(cm("other-owner", json!({}))))
+        .await;
+    let mut shared = owned_by("shared", &owner);
+    shared["metadata"]["ownerReferences"]
+        .as_array_mut()
+        .expect("refs")
+        .push(json!({ "apiVersion": "v1", "kind": "ConfigMap", "name": "other-owner", "uid": other["metadata"]["uid"] }));
+    f.call(Method::POST, CM, Some(shared)).await;
+
+    let (code, _) = f.call(Method::DELETE, &format!("{CM}/owner"), None).await;
+    assert_eq!(code, StatusCode::OK);
+    eventually(&f, &format!("{CM}/child"), StatusCode::NOT_FOUND).await;
+    eventually(&f, &format!("{CM}/grandchild"), StatusCode::NOT_FOUND).await;
+    // A dependent with a live owner stays, without the dead reference.
+    let shared = eventually(&f, &format!("{CM}/shared"), StatusCode::OK).await;
+    for _ in 0..100 {
+        let (_, s) = f.call(Method::GET, &format!("{CM}/shared"), None).await;
+        if s["metadata"]["ownerReferences"].as_array().map(Vec::len) == Some(1) {
+            assert_eq!(s["metadata"]["ownerReferences"][0]["name"], "other-owner");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the dead owner's reference was never dropped: {shared}");
+}
+
+#[tokio::test]
+async fn orphan_propagation_keeps_dependents_and_drops_the_reference() {
+    let f = Fixture::new();
+    let (_, owner) = f.call(Method::POST, CM, Some(cm("owner", json!({})))).await;
+    f.call(Method::POST, CM, Some(owned_by("child", &owner)))
+        .await;
+    let (code, _) = f
+        .call(
+            Method::DELETE,
+            &format!("{CM}/owner"),
+            Some(json!({ "propagationPolicy": "Orphan" })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    for _ in 0..100 {
+        let (code, child) = f.call(Method::GET, &format!("{CM}/child"), None).await;
+        assert_eq!(
+            code,
+            StatusCode::OK,
+            "an orphaned dependent is never deleted"
+        );
+        if child["metadata"].get("ownerReferences").is_none() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the orphan kept its owner reference");
+}
