@@ -41,21 +41,50 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 /// The server's state.
 pub struct ApiServer {
     store: Store,
-    resources: Vec<Resource>,
+    /// Built-in kinds and those of the stored CRDs.
+    resources: std::sync::RwLock<Vec<Resource>>,
+    /// Validation, pruning, defaulting and CEL for Modelplane's kinds.
+    admission: modelplane_cel::Admission,
 }
 
+/// Key prefix of the stored CRDs.
+const CRD_PREFIX: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
+
 impl ApiServer {
-    /// A server over `store`, serving the built-in kinds.
+    /// A server over `store`, serving the built-in kinds and every CRD stored.
     pub fn new(store: Store) -> Arc<ApiServer> {
-        Arc::new(ApiServer {
+        let server = Arc::new(ApiServer {
             store,
-            resources: builtins(),
-        })
+            resources: std::sync::RwLock::new(builtins()),
+            admission: modelplane_cel::Admission::new(),
+        });
+        server.sync_crds();
+        server
     }
 
     /// The store underneath (for tests and compaction).
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Every resource served now.
+    pub fn resources(&self) -> Vec<Resource> {
+        self.resources.read().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Rebuilds the resource table from the built-ins and the stored CRDs.
+    fn sync_crds(&self) {
+        let mut table = builtins();
+        if let Ok((_, crds)) = self.store.list(CRD_PREFIX, None, None) {
+            for stored in crds {
+                if let Ok(crd) = serde_json::from_slice::<Value>(&stored.value) {
+                    table.extend(crate::crd::resources(&crd));
+                }
+            }
+        }
+        if let Ok(mut resources) = self.resources.write() {
+            *resources = table;
+        }
     }
 }
 
@@ -205,10 +234,9 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         namespace
     };
     let resource = server
-        .resources
-        .iter()
+        .resources()
+        .into_iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
-        .cloned()
         .ok_or_else(not_found)?;
     let status = match sub {
         None => false,
@@ -408,9 +436,9 @@ fn discover(server: &ApiServer, path: &str) -> Option<Value> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
         ["api"] => Some(discovery::core_versions()),
-        ["apis"] => Some(discovery::groups(&server.resources)),
-        ["api", version] => discovery::resource_list(&server.resources, "", version),
-        ["apis", group, version] => discovery::resource_list(&server.resources, group, version),
+        ["apis"] => Some(discovery::groups(&server.resources())),
+        ["api", version] => discovery::resource_list(&server.resources(), "", version),
+        ["apis", group, version] => discovery::resource_list(&server.resources(), group, version),
         _ => None,
     }
 }
@@ -476,6 +504,11 @@ async fn create(
         &Identity::fresh(),
     )
     .map_err(|r| refusal(target, &given, r))?;
+    let (mut object, warnings) = admit(server, target, object, None)?;
+    let is_crd = target.resource.plural == "customresourcedefinitions";
+    if is_crd {
+        crate::crd::accept(&mut object, &crate::object::now());
+    }
     let name = object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -491,7 +524,86 @@ async fn create(
         },
     )
     .await?;
-    Ok(json_response(StatusCode::CREATED, &decode(&stored)?))
+    if is_crd {
+        server.sync_crds();
+    }
+    Ok(with_warnings(
+        json_response(StatusCode::CREATED, &decode(&stored)?),
+        &warnings,
+    ))
+}
+
+/// Runs Modelplane's admission on an object of one of its kinds: 422 with
+/// every cause when rejected, else the pruned and defaulted object (keeping
+/// the metadata the server set) and the warnings. Other kinds pass as is.
+fn admit(
+    server: &ApiServer,
+    target: &Target,
+    object: Value,
+    old: Option<&Value>,
+) -> Result<(Value, Vec<String>), Failure> {
+    let metadata = object["metadata"].clone();
+    match server.admission.review(object.clone(), old) {
+        modelplane_cel::Review::Skipped { .. } => Ok((object, Vec::new())),
+        modelplane_cel::Review::Checked {
+            object: mut admitted,
+            errors,
+            warnings,
+            name,
+            ..
+        } => {
+            if !errors.is_empty() {
+                let causes: Vec<Value> = errors
+                    .iter()
+                    .map(|e| json!({ "reason": "FieldValueInvalid", "message": e.message, "field": e.path }))
+                    .collect();
+                let summary: Vec<String> = errors
+                    .iter()
+                    .map(|e| {
+                        if e.path.is_empty() {
+                            e.message.clone()
+                        } else {
+                            format!("{}: {}", e.path, e.message)
+                        }
+                    })
+                    .collect();
+                return Err(Failure {
+                    details: Some(
+                        json!({ "name": name, "group": target.resource.group, "kind": target.resource.kind, "causes": causes }),
+                    ),
+                    ..Failure::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "Invalid",
+                        format!(
+                            "{}.{} \"{name}\" is invalid: {}",
+                            target.resource.plural,
+                            target.resource.group,
+                            summary.join(", ")
+                        ),
+                    )
+                });
+            }
+            admitted["metadata"] = metadata;
+            Ok((
+                admitted,
+                warnings
+                    .iter()
+                    .map(|w| format!("{}: {}", w.path, w.message))
+                    .collect(),
+            ))
+        }
+    }
+}
+
+/// Adds `Warning` headers, as kubectl prints them.
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for warning in warnings {
+        let text = format!("299 - \"{}\"", warning.replace('"', "'"));
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
 }
 
 /// Stores `new` (already prepared) as the successor of `old`, unless nothing changed.
@@ -570,14 +682,22 @@ async fn replace(
     let expected = precondition(&new)?;
     let old = read(server, target, name).await?;
     let old_object = decode(&old)?;
-    let (new, change) = if target.status {
-        prepare_status_update(&old_object, &new)
+    let (new, change, warnings) = if target.status {
+        let (new, change) = prepare_status_update(&old_object, &new);
+        (new, change, Vec::new())
     } else {
+        new["apiVersion"] = json!(target.resource.api_version());
+        new["kind"] = json!(target.resource.kind);
+        let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
         let change = prepare_update(&old_object, &mut new, &target.resource)
             .map_err(|r| refusal(target, name, r))?;
-        (new, change)
+        (new, change, warnings)
     };
-    store_update(server, target, name, &old, new, change, expected).await
+    let response = store_update(server, target, name, &old, new, change, expected).await?;
+    if target.resource.plural == "customresourcedefinitions" {
+        server.sync_crds();
+    }
+    Ok(with_warnings(response, &warnings))
 }
 
 /// RFC 7386 JSON merge patch.
@@ -615,14 +735,22 @@ async fn patch(
         ));
     }
     merge_patch(&mut new, &patch);
-    let (new, change) = if target.status {
-        prepare_status_update(&old_object, &new)
+    let (new, change, warnings) = if target.status {
+        let (new, change) = prepare_status_update(&old_object, &new);
+        (new, change, Vec::new())
     } else {
+        new["apiVersion"] = json!(target.resource.api_version());
+        new["kind"] = json!(target.resource.kind);
+        let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
         let change = prepare_update(&old_object, &mut new, &target.resource)
             .map_err(|r| refusal(target, name, r))?;
-        (new, change)
+        (new, change, warnings)
     };
-    store_update(server, target, name, &old, new, change, expected).await
+    let response = store_update(server, target, name, &old, new, change, expected).await?;
+    if target.resource.plural == "customresourcedefinitions" {
+        server.sync_crds();
+    }
+    Ok(with_warnings(response, &warnings))
 }
 
 async fn delete(
@@ -682,6 +810,10 @@ async fn delete(
         .await?;
         let deleted = decode(&stored)?;
         spawn_collection(server, &deleted, orphan);
+        if target.resource.plural == "customresourcedefinitions" {
+            server.sync_crds();
+            tokio::spawn(delete_custom_objects(server.clone(), deleted.clone()));
+        }
         return Ok(json_response(StatusCode::OK, &deleted));
     }
     // Finalizers hold the object: mark it, once; whoever removes the last
@@ -721,6 +853,32 @@ pub(crate) fn has_finalizers(object: &Value) -> bool {
     object["metadata"]["finalizers"]
         .as_array()
         .is_some_and(|f| !f.is_empty())
+}
+
+/// Deletes every object of a deleted CRD's kind.
+async fn delete_custom_objects(server: Arc<ApiServer>, crd: Value) {
+    let mut prefixes: Vec<String> = crate::crd::resources(&crd)
+        .iter()
+        .map(Resource::prefix)
+        .collect();
+    prefixes.dedup();
+    for prefix in prefixes {
+        let s = server.clone();
+        let Ok(Ok((_, objects))) =
+            tokio::task::spawn_blocking(move || s.store.list(&prefix, None, None)).await
+        else {
+            continue;
+        };
+        for stored in objects {
+            let _ = server
+                .store
+                .submit(Write::Delete {
+                    key: stored.key,
+                    expected: None,
+                })
+                .await;
+        }
+    }
 }
 
 /// Starts collecting the dependents of a deleted object.

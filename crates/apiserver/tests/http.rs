@@ -519,3 +519,125 @@ async fn orphan_propagation_keeps_dependents_and_drops_the_reference() {
     }
     panic!("the orphan kept its owner reference");
 }
+
+const CRDS: &str = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+const CLUSTERS: &str = "/apis/modelplane.ai/v1alpha1/inferenceclusters";
+
+async fn install_crds(f: &Fixture) {
+    for crd in modelplane_api::crds::all_crds() {
+        let (code, created) = f.call(Method::POST, CRDS, Some(crd)).await;
+        assert_eq!(code, StatusCode::CREATED, "{created}");
+        let established = created["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        });
+        assert!(established, "{created}");
+    }
+}
+
+fn existing_cluster(stack: &str) -> Value {
+    json!({
+        "apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceCluster",
+        "metadata": { "name": "us-east" },
+        "spec": { "stack": stack, "cluster": { "source": "Existing", "existing": { "secretRef": { "name": "kc" } } } },
+    })
+}
+
+#[tokio::test]
+async fn crds_serve_modelplane_kinds_with_admission_and_cel() {
+    let f = Fixture::new();
+    install_crds(&f).await;
+    let (code, discovery) = f
+        .call(Method::GET, "/apis/modelplane.ai/v1alpha1", None)
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let names: Vec<&str> = discovery["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"modeldeployments") && names.contains(&"modeldeployments/status"),
+        "{names:?}"
+    );
+
+    let (code, created) = f
+        .call(Method::POST, CLUSTERS, Some(existing_cluster("Dynamo")))
+        .await;
+    assert_eq!(code, StatusCode::CREATED, "{created}");
+    assert_eq!(
+        created["spec"]["cluster"]["existing"]["secretRef"]["key"], "kubeconfig",
+        "defaults applied"
+    );
+
+    let mut bad = existing_cluster("Foo");
+    bad["metadata"]["name"] = json!("bad");
+    let (code, refused) = f.call(Method::POST, CLUSTERS, Some(bad)).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(refused["details"]["causes"][0]["field"], "spec.stack");
+
+    let mut changed = created.clone();
+    changed["spec"]["stack"] = json!("Standard");
+    let (code, immutable) = f
+        .call(Method::PUT, &format!("{CLUSTERS}/us-east"), Some(changed))
+        .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        immutable["message"]
+            .as_str()
+            .expect("message")
+            .contains("stack is immutable; create a new InferenceCluster to change stacks"),
+        "{immutable}"
+    );
+
+    // Deleting the CRD stops serving the kind and deletes its objects.
+    let (code, _) = f
+        .call(
+            Method::DELETE,
+            &format!("{CRDS}/inferenceclusters.modelplane.ai"),
+            None,
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    let (code, _) = f.call(Method::GET, CLUSTERS, None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    for _ in 0..100 {
+        if f.server
+            .store()
+            .list("/modelplane.ai/inferenceclusters/", None, None)
+            .expect("list")
+            .1
+            .is_empty()
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the InferenceClusters outlived their CRD");
+}
+
+#[tokio::test]
+async fn crds_are_served_again_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    {
+        let f = Fixture {
+            _dir: tempfile::tempdir().expect("unused"),
+            server: ApiServer::new(Store::open(&path).expect("store")),
+        };
+        install_crds(&f).await;
+        let (code, _) = f
+            .call(Method::POST, CLUSTERS, Some(existing_cluster("Standard")))
+            .await;
+        assert_eq!(code, StatusCode::CREATED);
+    }
+    let f = Fixture {
+        _dir: dir,
+        server: ApiServer::new(Store::open(&path).expect("reopen")),
+    };
+    let (code, got) = f
+        .call(Method::GET, &format!("{CLUSTERS}/us-east"), None)
+        .await;
+    assert_eq!(code, StatusCode::OK, "{got}");
+}
