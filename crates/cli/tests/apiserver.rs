@@ -175,3 +175,70 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     assert!(ok, "{err}");
     assert!(out.contains("\"settings\""));
 }
+
+#[test]
+fn kubectl_installs_the_crds_then_the_examples_and_gets_them_by_short_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("kube-cache");
+    let server = Server::start(&dir.path().join("data"));
+    let crds = dir.path().join("crds.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_modelplane"))
+        .arg("crds")
+        .output()
+        .expect("modelplane crds");
+    std::fs::write(&crds, &out.stdout).expect("crds.yaml");
+    let (ok, out, err) = server.kubectl(
+        &cache,
+        &["create", "-f", &crds.to_string_lossy(), "--validate=false"],
+    );
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.ends_with(" created")).count(),
+        14,
+        "{out}"
+    );
+
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fleet");
+    let (ok, out, err) = server.kubectl(
+        &cache,
+        &[
+            "create",
+            "-f",
+            &examples.to_string_lossy(),
+            "--validate=false",
+        ],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("modeldeployment.modelplane.ai/qwen3-8b created"),
+        "{out}"
+    );
+    let (ok, out, err) = server.kubectl(&cache, &["get", "ic", "-o", "name"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "inferencecluster.modelplane.ai/us-east",
+            "inferencecluster.modelplane.ai/us-west"
+        ]
+    );
+
+    // The immutable stack, enforced by the CRD's CEL rule.
+    let (ok, _, err) = server.kubectl(
+        &cache,
+        &[
+            "patch",
+            "ic",
+            "us-west",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"stack":"Standard"}}"#,
+        ],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("stack is immutable; create a new InferenceCluster to change stacks"),
+        "{err}"
+    );
+}
