@@ -5,7 +5,24 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::Resource;
+use crate::resources::{Column, Resource, ScalePaths};
+
+fn columns(value: &Value) -> Vec<Column> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            Some(Column {
+                name: c["name"].as_str()?.to_string(),
+                type_: c["type"].as_str().unwrap_or("string").to_string(),
+                json_path: c["jsonPath"].as_str()?.to_string(),
+                description: c["description"].as_str().unwrap_or_default().to_string(),
+                priority: c["priority"].as_i64().unwrap_or(0),
+            })
+        })
+        .collect()
+}
 
 /// The resources a CRD serves: one per served version.
 pub fn resources(crd: &Value) -> Vec<Resource> {
@@ -45,6 +62,18 @@ pub fn resources(crd: &Value) -> Vec<Resource> {
                 short_names: strings(&names["shortNames"]),
                 categories: strings(&names["categories"]),
                 status: v["subresources"].get("status").is_some(),
+                columns: columns(&v["additionalPrinterColumns"]),
+                scale: v["subresources"].get("scale").map(|scale| ScalePaths {
+                    spec_replicas: scale["specReplicasPath"]
+                        .as_str()
+                        .unwrap_or(".spec.replicas")
+                        .to_string(),
+                    status_replicas: scale["statusReplicasPath"]
+                        .as_str()
+                        .unwrap_or(".status.replicas")
+                        .to_string(),
+                    label_selector: scale["labelSelectorPath"].as_str().map(str::to_string),
+                }),
             })
         })
         .collect()

@@ -407,13 +407,13 @@ async fn handle(
         let target = parse_target(&server, uri.path())?;
         let query = query(&uri);
         match (&method, target.name.clone()) {
-            (&Method::GET, Some(name)) => get(&server, &target, &name).await,
+            (&Method::GET, Some(name)) => get(&server, &target, &name, &headers).await,
             (&Method::GET, None)
                 if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
             {
                 watch(server.clone(), target, &query)
             }
-            (&Method::GET, None) => list(&server, &target, &query).await,
+            (&Method::GET, None) => list(&server, &target, &query, &headers).await,
             (&Method::POST, None) => create(&server, &target, &body).await,
             (&Method::PUT, Some(name)) => {
                 replace(&server, &target, &name, parse_body(&body)?).await
@@ -462,9 +462,26 @@ async fn read(server: &Arc<ApiServer>, target: &Target, name: &str) -> Result<St
         .ok_or_else(|| target.not_found(name))
 }
 
-async fn get(server: &Arc<ApiServer>, target: &Target, name: &str) -> Result<Response, Failure> {
+fn wants_table(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(crate::table::wanted)
+}
+
+async fn get(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    headers: &axum::http::HeaderMap,
+) -> Result<Response, Failure> {
     let stored = read(server, target, name).await?;
-    Ok(json_response(StatusCode::OK, &decode(&stored)?))
+    let object = decode(&stored)?;
+    if wants_table(headers) && !target.status {
+        let table = crate::table::table(&target.resource, &[object], &stored.revision.to_string());
+        return Ok(json_response(StatusCode::OK, &table));
+    }
+    Ok(json_response(StatusCode::OK, &object))
 }
 
 async fn write(
@@ -933,6 +950,7 @@ async fn list(
     server: &Arc<ApiServer>,
     target: &Target,
     query: &BTreeMap<String, String>,
+    headers: &axum::http::HeaderMap,
 ) -> Result<Response, Failure> {
     let filter = Filter::from_query(query)?;
     let limit = query
@@ -992,6 +1010,11 @@ async fn list(
     let mut metadata = json!({ "resourceVersion": revision.to_string() });
     if let Some(last) = more {
         metadata["continue"] = json!(continue_token(revision, &last));
+    }
+    if wants_table(headers) {
+        let mut table = crate::table::table(&target.resource, &items, &revision.to_string());
+        table["metadata"] = metadata;
+        return Ok(json_response(StatusCode::OK, &table));
     }
     Ok(json_response(
         StatusCode::OK,

@@ -14,5 +14,6 @@ pub mod resources;
 pub mod selector;
 pub mod serve;
 pub mod store;
+pub mod table;
 
 pub use store::{Error, Event, EventKind, Revision, Store, Stored, Write};

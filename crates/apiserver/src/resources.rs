@@ -23,6 +23,37 @@ pub struct Resource {
     pub categories: Vec<String>,
     /// Has a status subresource.
     pub status: bool,
+    /// Printer columns beyond NAME (a CRD's `additionalPrinterColumns`);
+    /// empty means NAME and AGE.
+    pub columns: Vec<Column>,
+    /// The scale subresource, if any.
+    pub scale: Option<ScalePaths>,
+}
+
+/// One printer column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    /// Header.
+    pub name: String,
+    /// `string`, `integer`, `number`, `boolean` or `date`.
+    pub type_: String,
+    /// A simple JSONPath (`.spec.replicas`).
+    pub json_path: String,
+    /// Description for `kubectl explain`-style help.
+    pub description: String,
+    /// 0 shows by default; more only with `-o wide`.
+    pub priority: i64,
+}
+
+/// Where the scale subresource reads and writes the parent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `.spec.replicas`.
+    pub spec_replicas: String,
+    /// `.status.replicas`.
+    pub status_replicas: String,
+    /// A path to a label selector string, if any.
+    pub label_selector: Option<String>,
 }
 
 impl Resource {
@@ -240,6 +271,12 @@ pub fn builtins() -> Vec<Resource> {
                 short_names: short.iter().map(|s| s.to_string()).collect(),
                 categories: Vec::new(),
                 status,
+                columns: Vec::new(),
+                scale: (kind == "Deployment").then(|| ScalePaths {
+                    spec_replicas: ".spec.replicas".into(),
+                    status_replicas: ".status.replicas".into(),
+                    label_selector: None,
+                }),
             },
         )
         .collect()

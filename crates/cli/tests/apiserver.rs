@@ -223,6 +223,38 @@ fn kubectl_installs_the_crds_then_the_examples_and_gets_them_by_short_name() {
         ]
     );
 
+    // Printer columns from the CRD, and the `modelplane` category.
+    let (ok, out, err) = server.kubectl(&cache, &["get", "ic"]);
+    assert!(ok, "{err}");
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "SOURCE", "STACK", "GATEWAY", "AGE"]);
+    assert!(
+        out.lines().any(|l| l
+            .split_whitespace()
+            .take(3)
+            .eq(["us-west", "EKS", "Dynamo"])),
+        "{out}"
+    );
+    let (ok, out, err) = server.kubectl(&cache, &["get", "modelplane", "-A", "-o", "name"]);
+    assert!(ok, "{err}");
+    for kind in [
+        "inferenceclass",
+        "inferencecluster",
+        "modelcache",
+        "modeldeployment",
+        "modelservice",
+    ] {
+        assert!(
+            out.contains(&format!("{kind}.modelplane.ai/")),
+            "{kind} missing from: {out}"
+        );
+    }
+
     // The immutable stack, enforced by the CRD's CEL rule.
     let (ok, _, err) = server.kubectl(
         &cache,

@@ -1,0 +1,122 @@
+//! Server-side `Table` output (`apiserver.md` fact 9): what `kubectl get`
+//! prints, from a CRD's printer columns (NAME and AGE otherwise), with
+//! PartialObjectMetadata rows.
+
+use serde_json::{Value, json};
+
+use crate::resources::{Column, Resource};
+
+/// Whether the request asks for a Table.
+pub fn wanted(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
+}
+
+/// The value at a simple JSONPath (`.a.b.c`).
+pub fn at<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
+    path.trim_start_matches('.')
+        .split('.')
+        .filter(|k| !k.is_empty())
+        .try_fold(object, |v, k| v.get(k))
+}
+
+/// Age as kubectl prints it (`45s`, `3m12s`, `5h`, `2d3h`, `40d`).
+pub fn age(created: &str, now: jiff::Timestamp) -> String {
+    let Ok(created) = created.parse::<jiff::Timestamp>() else {
+        return "<unknown>".into();
+    };
+    let secs = (now.as_second() - created.as_second()).max(0);
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86_400);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 600 => format!("{m}m{}s", s % 60),
+        s if s < 3 * 3600 => format!("{m}m"),
+        s if s < 8 * 3600 => format!("{h}h{}m", m % 60),
+        s if s < 48 * 3600 => format!("{h}h"),
+        s if s < 8 * 86_400 => format!("{d}d{}h", h % 24),
+        _ => format!("{d}d"),
+    }
+}
+
+fn columns(resource: &Resource) -> Vec<Column> {
+    if !resource.columns.is_empty() {
+        return resource.columns.clone();
+    }
+    vec![Column {
+        name: "Age".into(),
+        type_: "date".into(),
+        json_path: ".metadata.creationTimestamp".into(),
+        description: "time since the object was created".into(),
+        priority: 0,
+    }]
+}
+
+fn cell(object: &Value, column: &Column, now: jiff::Timestamp) -> Value {
+    match (at(object, &column.json_path), column.type_.as_str()) {
+        (None | Some(Value::Null), _) => Value::Null,
+        (Some(Value::String(s)), "date") => json!(age(s, now)),
+        (Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))), _) => v.clone(),
+        (Some(v), _) => json!(v.to_string()),
+    }
+}
+
+/// A Table of `items` (full objects) for `resource`.
+pub fn table(resource: &Resource, items: &[Value], resource_version: &str) -> Value {
+    let now = jiff::Timestamp::now();
+    let columns = columns(resource);
+    let mut definitions = vec![json!({
+        "name": "Name", "type": "string", "format": "name", "priority": 0,
+        "description": "Name must be unique within a namespace.",
+    })];
+    definitions.extend(columns.iter().map(|c| {
+        json!({ "name": c.name, "type": if c.type_ == "date" { "string" } else { &c.type_ }, "format": "", "description": c.description, "priority": c.priority })
+    }));
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|object| {
+            let mut cells = vec![object["metadata"]["name"].clone()];
+            cells.extend(columns.iter().map(|c| cell(object, c, now)));
+            json!({
+                "cells": cells,
+                "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"] },
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+        "metadata": { "resourceVersion": resource_version },
+        "columnDefinitions": definitions,
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_as_kubectl_prints_them() {
+        let now: jiff::Timestamp = "2026-11-30T12:00:00Z".parse().expect("time");
+        for (created, want) in [
+            ("2026-11-30T11:59:15Z", "45s"),
+            ("2026-11-30T11:56:48Z", "3m12s"),
+            ("2026-11-30T10:00:00Z", "120m"),
+            ("2026-11-30T07:00:00Z", "5h0m"),
+            ("2026-11-29T00:00:00Z", "36h"),
+            ("2026-11-27T09:00:00Z", "3d3h"),
+            ("2026-10-01T12:00:00Z", "60d"),
+        ] {
+            assert_eq!(age(created, now), want, "{created}");
+        }
+    }
+
+    #[test]
+    fn only_a_first_choice_of_table_is_a_table() {
+        assert!(wanted(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
+        assert!(!wanted("application/json"));
+    }
+}
