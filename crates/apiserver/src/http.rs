@@ -160,6 +160,8 @@ struct Target {
     namespace: Option<String>,
     name: Option<String>,
     status: bool,
+    /// The scale subresource.
+    scale: bool,
 }
 
 impl Target {
@@ -238,9 +240,10 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         .into_iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
         .ok_or_else(not_found)?;
-    let status = match sub {
-        None => false,
-        Some("status") if resource.status => true,
+    let (status, scale) = match sub {
+        None => (false, false),
+        Some("status") if resource.status => (true, false),
+        Some("scale") if resource.scale.is_some() => (false, true),
         Some(_) => return Err(not_found()),
     };
     Ok(Target {
@@ -248,6 +251,7 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         namespace,
         name,
         status,
+        scale,
     })
 }
 
@@ -407,6 +411,9 @@ async fn handle(
         let target = parse_target(&server, uri.path())?;
         let query = query(&uri);
         match (&method, target.name.clone()) {
+            (&Method::GET | &Method::PUT | &Method::PATCH, Some(name)) if target.scale => {
+                scale(&server, &target, &name, &method, &body).await
+            }
             (&Method::GET, Some(name)) => get(&server, &target, &name, &headers).await,
             (&Method::GET, None)
                 if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
@@ -715,6 +722,112 @@ async fn replace(
         server.sync_crds();
     }
     Ok(with_warnings(response, &warnings))
+}
+
+/// Sets the value at a simple JSONPath (`.spec.replicas`), creating maps.
+fn set_at(object: &mut Value, path: &str, value: Value) {
+    let keys: Vec<&str> = path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|k| !k.is_empty())
+        .collect();
+    let Some((last, parents)) = keys.split_last() else {
+        return;
+    };
+    let mut here = object;
+    for key in parents {
+        if !here[*key].is_object() {
+            here[*key] = json!({});
+        }
+        here = &mut here[*key];
+    }
+    here[*last] = value;
+}
+
+/// The `autoscaling/v1` Scale of an object.
+fn scale_of(object: &Value, paths: &crate::resources::ScalePaths) -> Value {
+    let meta = &object["metadata"];
+    let mut status = json!({
+        "replicas": crate::table::at(object, &paths.status_replicas).and_then(Value::as_i64).unwrap_or(0),
+    });
+    if let Some(selector) = paths
+        .label_selector
+        .as_deref()
+        .and_then(|p| crate::table::at(object, p))
+        .and_then(Value::as_str)
+    {
+        status["selector"] = json!(selector);
+    }
+    let mut metadata = json!({
+        "name": meta["name"], "uid": meta["uid"], "resourceVersion": meta["resourceVersion"],
+        "creationTimestamp": meta["creationTimestamp"],
+    });
+    if let Some(ns) = meta.get("namespace") {
+        metadata["namespace"] = ns.clone();
+    }
+    json!({
+        "apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": metadata,
+        "spec": { "replicas": crate::table::at(object, &paths.spec_replicas).and_then(Value::as_i64).unwrap_or(0) },
+        "status": status,
+    })
+}
+
+/// The scale subresource: read, replace or merge-patch the Scale; the new
+/// `spec.replicas` goes to the parent, which is validated and stored as any
+/// write to it (generation moves).
+async fn scale(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    method: &Method,
+    body: &Bytes,
+) -> Result<Response, Failure> {
+    let Some(paths) = target.resource.scale.clone() else {
+        return Err(target.not_found(name));
+    };
+    let old = read(server, target, name).await?;
+    let old_object = decode(&old)?;
+    let current = scale_of(&old_object, &paths);
+    let wanted = match *method {
+        Method::GET => return Ok(json_response(StatusCode::OK, &current)),
+        Method::PUT => parse_body(body)?,
+        _ => {
+            let mut patched = current.clone();
+            merge_patch(&mut patched, &parse_body(body)?);
+            patched
+        }
+    };
+    let expected = precondition(&wanted)?;
+    let Some(replicas) = wanted["spec"]["replicas"].as_i64() else {
+        return Err(refusal(
+            target,
+            name,
+            Refusal::Invalid {
+                field: "spec.replicas".into(),
+                message: "must be an integer".into(),
+            },
+        ));
+    };
+    let mut new = old_object.clone();
+    set_at(&mut new, &paths.spec_replicas, json!(replicas));
+    let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
+    let change = prepare_update(&old_object, &mut new, &target.resource)
+        .map_err(|r| refusal(target, name, r))?;
+    let response = store_update(server, target, name, &old, new, change, expected).await?;
+    let body = axum::body::to_bytes(response.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| {
+            Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                e.to_string(),
+            )
+        })?;
+    let stored: Value = parse_body(&body)?;
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &scale_of(&stored, &paths)),
+        &warnings,
+    ))
 }
 
 /// RFC 7386 JSON merge patch.

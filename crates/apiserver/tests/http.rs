@@ -641,3 +641,59 @@ async fn crds_are_served_again_after_a_restart() {
         .await;
     assert_eq!(code, StatusCode::OK, "{got}");
 }
+
+#[tokio::test]
+async fn the_scale_subresource_reads_and_writes_the_parents_replicas() {
+    let f = Fixture::new();
+    install_crds(&f).await;
+    let deployments = "/apis/modelplane.ai/v1alpha1/namespaces/ml/modeldeployments";
+    let md = json!({
+        "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment",
+        "metadata": { "name": "m" },
+        "spec": { "replicas": 1, "template": { "spec": { "engines": [{
+            "name": "e",
+            "members": [{ "role": "Standalone", "nodeSelector": { "devices": [{ "name": "gpu", "selectors": [{ "cel": "device.driver == \"gpu.nvidia.com\"" }] }] }, "template": { "spec": { "containers": [{ "name": "engine", "image": "vllm/vllm-openai" }] } } }],
+        }] } } },
+    });
+    let (code, created) = f.call(Method::POST, deployments, Some(md)).await;
+    assert_eq!(code, StatusCode::CREATED, "{created}");
+    let (code, scale) = f
+        .call(Method::GET, &format!("{deployments}/m/scale"), None)
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(
+        (scale["kind"].as_str(), scale["spec"]["replicas"].as_i64()),
+        (Some("Scale"), Some(1))
+    );
+    let (code, scaled) = f
+        .call(
+            Method::PATCH,
+            &format!("{deployments}/m/scale"),
+            Some(json!({ "spec": { "replicas": 4 } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{scaled}");
+    assert_eq!(scaled["spec"]["replicas"], 4);
+    let (_, parent) = f.call(Method::GET, &format!("{deployments}/m"), None).await;
+    assert_eq!(
+        (
+            parent["spec"]["replicas"].as_i64(),
+            parent["metadata"]["generation"].as_i64()
+        ),
+        (Some(4), Some(2))
+    );
+    let (code, _) = f
+        .call(
+            Method::PATCH,
+            &format!("{deployments}/m/scale"),
+            Some(json!({ "spec": { "replicas": 11 } })),
+        )
+        .await;
+    assert_eq!(
+        code,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "the parent's maximum holds"
+    );
+    let (code, _) = f.call(Method::GET, &format!("{CM}/x/scale"), None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "ConfigMaps have no scale");
+}

@@ -255,6 +255,34 @@ fn kubectl_installs_the_crds_then_the_examples_and_gets_them_by_short_name() {
         );
     }
 
+    // kubectl scale through the scale subresource; the parent's rules still hold.
+    let (ok, _, err) = server.kubectl(
+        &cache,
+        &["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=3"],
+    );
+    assert!(ok, "{err}");
+    let (_, out, _) = server.kubectl(
+        &cache,
+        &[
+            "get",
+            "md",
+            "qwen3-8b",
+            "-n",
+            "ml-team",
+            "-o",
+            "jsonpath={.spec.replicas} {.metadata.generation}",
+        ],
+    );
+    assert_eq!(out, "3 2");
+    let (ok, _, err) = server.kubectl(
+        &cache,
+        &["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=0"],
+    );
+    assert!(
+        !ok && err.contains("should be greater than or equal to 1"),
+        "{err}"
+    );
+
     // The immutable stack, enforced by the CRD's CEL rule.
     let (ok, _, err) = server.kubectl(
         &cache,
