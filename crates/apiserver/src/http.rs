@@ -1,12 +1,13 @@
 //! The Kubernetes REST surface over the store (`apiserver.md` §1, §3):
 //! get, list (label and field selectors, `limit`/`continue`), watch
 //! (NDJSON, resume from a resourceVersion, bookmarks, `sendInitialEvents`,
-//! in-stream 410), create, replace, merge patch, delete, and the status
+//! in-stream 410), create, replace, patch (merge, JSON, strategic subset),
+//! delete, and the status
 //! subresource, with Kubernetes `Status` errors.
 //!
 //! Legacy discovery is served too, and finalizers hold deletions until the
 //! last one is removed. Not yet: aggregated discovery, OpenAPI, tables, CRD
-//! registration, foreground deletion, JSON/strategic/apply patches.
+//! registration, foreground deletion, server-side apply.
 //! Garbage collection (background and orphan) is in [`crate::gc`].
 //! Authentication wraps this router (`serve`).
 
@@ -27,6 +28,7 @@ use crate::object::{
     Change, Identity, Refusal, prepare_create, prepare_status_update, prepare_update,
     set_resource_version,
 };
+use crate::patch::PatchType;
 use crate::resources::{Resource, builtins};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{self, Event, EventKind, Revision, Store, Stored, Write};
@@ -366,7 +368,11 @@ fn precondition(object: &Value) -> Result<Option<Revision>, Failure> {
 fn check_content_type(method: &Method, headers: &axum::http::HeaderMap) -> Result<(), Failure> {
     let accepted: &[&str] = match *method {
         Method::POST | Method::PUT => &["application/json"],
-        Method::PATCH => &["application/merge-patch+json"],
+        Method::PATCH => &[
+            "application/merge-patch+json",
+            "application/json-patch+json",
+            "application/strategic-merge-patch+json",
+        ],
         _ => return Ok(()),
     };
     let content_type = headers
@@ -425,7 +431,7 @@ async fn handle(
             (&Method::PUT, Some(name)) => {
                 replace(&server, &target, &name, parse_body(&body)?).await
             }
-            (&Method::PATCH, Some(name)) => patch(&server, &target, &name, &body).await,
+            (&Method::PATCH, Some(name)) => patch(&server, &target, &name, &body, &headers).await,
             (&Method::DELETE, Some(name)) => delete(&server, &target, &name, &body, &query).await,
             _ => Err(Failure::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -793,7 +799,7 @@ async fn scale(
         Method::PUT => parse_body(body)?,
         _ => {
             let mut patched = current.clone();
-            merge_patch(&mut patched, &parse_body(body)?);
+            crate::patch::merge(&mut patched, &parse_body(body)?);
             patched
         }
     };
@@ -830,41 +836,50 @@ async fn scale(
     ))
 }
 
-/// RFC 7386 JSON merge patch.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
-    }
-}
-
 async fn patch(
     server: &Arc<ApiServer>,
     target: &Target,
     name: &str,
     body: &Bytes,
+    headers: &axum::http::HeaderMap,
 ) -> Result<Response, Failure> {
     let patch = parse_body(body)?;
-    let expected = precondition(&patch)?;
+    let kind = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(PatchType::from_content_type)
+        .unwrap_or(PatchType::Merge);
+    let builtin = builtins()
+        .iter()
+        .any(|r| r.group == target.resource.group && r.plural == target.resource.plural);
+    if kind == PatchType::Strategic && !builtin {
+        return Err(Failure::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
+    let expected = if kind == PatchType::Json {
+        None
+    } else {
+        precondition(&patch)?
+    };
     let old = read(server, target, name).await?;
     let old_object = decode(&old)?;
     let mut new = old_object.clone();
-    if !patch.is_object() {
-        return Err(Failure::new(
-            StatusCode::BAD_REQUEST,
-            "BadRequest",
-            "a merge patch must be a JSON object",
-        ));
+    let bad = |message: String| Failure::new(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", message);
+    match kind {
+        PatchType::Json => crate::patch::json(&mut new, &patch).map_err(bad)?,
+        _ if !patch.is_object() => {
+            return Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "a merge patch must be a JSON object",
+            ));
+        }
+        PatchType::Merge => crate::patch::merge(&mut new, &patch),
+        PatchType::Strategic => crate::patch::strategic(&mut new, &patch),
     }
-    merge_patch(&mut new, &patch);
     let (new, change, warnings) = if target.status {
         let (new, change) = prepare_status_update(&old_object, &new);
         (new, change, Vec::new())

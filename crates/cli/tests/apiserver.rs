@@ -128,6 +128,22 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     );
     assert!(ok, "{err}");
     assert_eq!(out, "w");
+    // JSON patch, and kubectl's default for built-ins, strategic merge patch.
+    let json_patch = r#"[{"op":"add","path":"/data/j","value":"x"}]"#;
+    let (ok, _, err) = server.kubectl(
+        &cache,
+        &[
+            "patch", "cm", "settings", "--type", "json", "-p", json_patch,
+        ],
+    );
+    assert!(ok, "{err}");
+    let (ok, _, err) = server.kubectl(
+        &cache,
+        &["patch", "cm", "settings", "-p", r#"{"data":{"j":null}}"#],
+    );
+    assert!(ok, "{err}");
+    let (_, out, _) = server.kubectl(&cache, &["get", "cm", "settings", "-o", "jsonpath={.data}"]);
+    assert_eq!(out, r#"{"k":"w"}"#);
     let (ok, out, err) = server.kubectl(
         &cache,
         &[
