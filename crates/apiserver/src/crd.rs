@@ -63,6 +63,7 @@ pub fn resources(crd: &Value) -> Vec<Resource> {
                 categories: strings(&names["categories"]),
                 status: v["subresources"].get("status").is_some(),
                 columns: columns(&v["additionalPrinterColumns"]),
+                schema: v["schema"].get("openAPIV3Schema").cloned(),
                 scale: v["subresources"].get("scale").map(|scale| ScalePaths {
                     spec_replicas: scale["specReplicasPath"]
                         .as_str()

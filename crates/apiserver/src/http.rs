@@ -5,9 +5,8 @@
 //! delete, and the status
 //! subresource, with Kubernetes `Status` errors.
 //!
-//! Legacy discovery is served too, and finalizers hold deletions until the
-//! last one is removed. Not yet: aggregated discovery, OpenAPI, tables, CRD
-//! registration, foreground deletion, server-side apply.
+//! Legacy discovery and OpenAPI v3 are served too, and finalizers hold deletions until the
+//! last one is removed. Not yet: aggregated discovery, foreground deletion, server-side apply.
 //! Garbage collection (background and orphan) is in [`crate::gc`].
 //! Authentication wraps this router (`serve`).
 
@@ -450,6 +449,10 @@ fn discover(server: &ApiServer, path: &str) -> Option<Value> {
     match parts.as_slice() {
         ["api"] => Some(discovery::core_versions()),
         ["apis"] => Some(discovery::groups(&server.resources())),
+        ["openapi", "v3"] => Some(crate::openapi::index(&server.resources())),
+        ["openapi", "v3", rest @ ..] => {
+            crate::openapi::document(&server.resources(), &rest.join("/"))
+        }
         ["api", version] => discovery::resource_list(&server.resources(), "", version),
         ["apis", group, version] => discovery::resource_list(&server.resources(), group, version),
         _ => None,

@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod gc;
 pub mod http;
 pub mod object;
+pub mod openapi;
 pub mod patch;
 pub mod resources;
 pub mod selector;

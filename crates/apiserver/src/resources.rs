@@ -28,6 +28,8 @@ pub struct Resource {
     pub columns: Vec<Column>,
     /// The scale subresource, if any.
     pub scale: Option<ScalePaths>,
+    /// The OpenAPI v3 schema of the kind (a CRD's `openAPIV3Schema`), if known.
+    pub schema: Option<serde_json::Value>,
 }
 
 /// One printer column.
@@ -272,6 +274,7 @@ pub fn builtins() -> Vec<Resource> {
                 categories: Vec::new(),
                 status,
                 columns: Vec::new(),
+                schema: None,
                 scale: (kind == "Deployment").then(|| ScalePaths {
                     spec_replicas: ".spec.replicas".into(),
                     status_replicas: ".status.replicas".into(),

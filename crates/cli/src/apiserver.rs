@@ -16,14 +16,16 @@ token and DIR/tls.crt, DIR/tls.key a self-signed certificate (generated on first
 DIR/kubeconfig points kubectl and kube-rs at the server with both (secrets mode 0600). \
 Every acknowledged write is on disk; a restart keeps everything.
 
-Served so far: discovery and the built-in kinds (Namespace, ConfigMap, Secret, Event, \
-Lease, Deployment, Pod, …) with get, list, watch, create, replace, merge patch, delete \
-and the status subresource, JSON only. Not yet: OpenAPI (so use `kubectl create -f \
---validate=false` rather than `apply`), CRDs, finalizers and garbage collection.
+Served so far: discovery, OpenAPI v3 (kubectl apply and explain), CRDs (Modelplane's \
+kinds admitted with their CEL rules), the built-in kinds (Namespace, ConfigMap, Secret, \
+Event, Lease, Deployment, Pod, …), get/list/watch/create/replace/patch/delete, status \
+and scale subresources, Tables with printer columns, finalizers and garbage collection; \
+JSON only. See docs/apiserver.md for what is not served yet.
 
 Examples:
   modelplane apiserver --data-dir ./mp-data
-  kubectl --kubeconfig ./mp-data/kubeconfig get configmaps")]
+  modelplane crds | kubectl --kubeconfig ./mp-data/kubeconfig apply -f -
+  kubectl --kubeconfig ./mp-data/kubeconfig get modelplane -A")]
 pub struct ApiserverArgs {
     /// Directory for the store, the token and the kubeconfig (created if missing).
     #[arg(long, value_name = "DIR")]

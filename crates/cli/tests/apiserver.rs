@@ -193,7 +193,7 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
 }
 
 #[test]
-fn kubectl_installs_the_crds_then_the_examples_and_gets_them_by_short_name() {
+fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
     let dir = tempfile::tempdir().expect("tempdir");
     let cache = dir.path().join("kube-cache");
     let server = Server::start(&dir.path().join("data"));
@@ -297,6 +297,22 @@ fn kubectl_installs_the_crds_then_the_examples_and_gets_them_by_short_name() {
     assert!(
         !ok && err.contains("should be greater than or equal to 1"),
         "{err}"
+    );
+
+    // kubectl explain reads the CRD's schema from OpenAPI.
+    let (ok, out, err) = server.kubectl(&cache, &["explain", "md.spec.replicas"]);
+    assert!(
+        ok && out.contains("KIND:       ModelDeployment") && out.contains("<integer>"),
+        "{out}{err}"
+    );
+    // Applying a change configures the object.
+    let changed = dir.path().join("qwen3-8b.yaml");
+    let text = std::fs::read_to_string(examples.join("qwen3-8b.yaml")).expect("example");
+    std::fs::write(&changed, text.replace("replicas: 2", "replicas: 4")).expect("changed");
+    let (ok, out, err) = server.kubectl(&cache, &["apply", "-f", &changed.to_string_lossy()]);
+    assert!(
+        ok && out.contains("modeldeployment.modelplane.ai/qwen3-8b configured"),
+        "{out}{err}"
     );
 
     // The immutable stack, enforced by the CRD's CEL rule.
