@@ -315,6 +315,53 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
         "{out}{err}"
     );
 
+    let (ok, out, err) = server.kubectl(&cache, &["describe", "ic", "us-east"]);
+    assert!(
+        ok && out.starts_with("Name:         us-east")
+            && out.contains("Kind:         InferenceCluster"),
+        "{out}{err}"
+    );
+
+    // kubectl wait watches for a condition a controller sets through the status subresource.
+    let waiter = Command::new(kubectl())
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args([
+            "wait",
+            "--for=condition=Ready",
+            "ic/us-east",
+            "--timeout=20s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl wait");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let ready = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Test","message":"","lastTransitionTime":"2026-11-30T09:00:00Z"}]}}"#;
+    let (ok, _, err) = server.kubectl(
+        &cache,
+        &[
+            "patch",
+            "ic",
+            "us-east",
+            "--subresource=status",
+            "--type",
+            "merge",
+            "-p",
+            ready,
+        ],
+    );
+    assert!(ok, "{err}");
+    let waited = waiter.wait_with_output().expect("kubectl wait ends");
+    assert!(
+        waited.status.success()
+            && String::from_utf8_lossy(&waited.stdout).contains("condition met"),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+
     // The immutable stack, enforced by the CRD's CEL rule.
     let (ok, _, err) = server.kubectl(
         &cache,
