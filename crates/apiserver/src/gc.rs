@@ -4,6 +4,10 @@
 //! a live owner) or is deleted (finalizers still hold it), which in turn
 //! collects its own dependents.
 //!
+//! Foreground deletion marks the owner with the `foregroundDeletion`
+//! finalizer, deletes its dependents, and removes the finalizer once none is
+//! left (resumed at startup for owners a restart interrupted).
+//!
 //! Dependents are found by scanning the store: fine for the thousands of
 //! objects an embedded control plane holds.
 
@@ -120,6 +124,89 @@ pub async fn collect(server: Arc<ApiServer>, owner: String, orphan: bool) {
             && deleted
         {
             Box::pin(collect(server.clone(), uid, false)).await;
+        }
+    }
+}
+
+/// The finalizer that holds an owner during foreground deletion.
+pub const FOREGROUND: &str = "foregroundDeletion";
+
+/// Deletes the dependents of the owner at `key`, then releases it: polls
+/// until no object names it as owner, then removes `foregroundDeletion`
+/// (the owner is deleted if no other finalizer remains).
+pub async fn finish_foreground(server: Arc<ApiServer>, key: String) {
+    loop {
+        let s = server.clone();
+        let k = key.clone();
+        let Ok(Ok(Some(stored))) = tokio::task::spawn_blocking(move || s.store().get(&k)).await
+        else {
+            return;
+        };
+        let Some(mut owner) = decode(&stored) else {
+            return;
+        };
+        let Some(uid) = owner["metadata"]["uid"].as_str().map(str::to_string) else {
+            return;
+        };
+        let s = server.clone();
+        let dependents = tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await;
+        let remaining = match dependents {
+            Ok(Ok((_, all))) => all
+                .iter()
+                .filter_map(decode)
+                .filter(|o| owner_uids(o).contains(&uid))
+                .count(),
+            _ => return,
+        };
+        if remaining == 0 {
+            if let Some(finalizers) = owner["metadata"]["finalizers"].as_array_mut() {
+                finalizers.retain(|f| f != FOREGROUND);
+            }
+            let write = if has_finalizers(&owner) {
+                Write::Update {
+                    key: key.clone(),
+                    expected: Some(stored.revision),
+                    value: encode(&owner),
+                }
+            } else {
+                Write::Delete {
+                    key: key.clone(),
+                    expected: Some(stored.revision),
+                }
+            };
+            let deleted = matches!(write, Write::Delete { .. });
+            match server.store().submit(write).await {
+                Ok(Ok(_)) => {
+                    if deleted {
+                        collect(server.clone(), uid, false).await;
+                    }
+                    return;
+                }
+                // Changed meanwhile: look again.
+                _ => continue,
+            }
+        }
+        collect(server.clone(), uid, false).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Resumes the foreground deletions a restart interrupted.
+pub async fn resume(server: Arc<ApiServer>) {
+    let s = server.clone();
+    let Ok(Ok((_, all))) =
+        tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await
+    else {
+        return;
+    };
+    for stored in all {
+        let waiting = decode(&stored).is_some_and(|o| {
+            o["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == FOREGROUND))
+        });
+        if waiting {
+            tokio::spawn(finish_foreground(server.clone(), stored.key));
         }
     }
 }

@@ -938,13 +938,22 @@ async fn delete(
             },
         ));
     }
-    let orphan = matches!(
-        options["propagationPolicy"]
-            .as_str()
-            .or(query.get("propagationPolicy").map(String::as_str)),
-        Some("Orphan")
-    ) || options["orphanDependents"] == json!(true);
+    let policy = options["propagationPolicy"]
+        .as_str()
+        .or(query.get("propagationPolicy").map(String::as_str));
+    let orphan = policy == Some("Orphan") || options["orphanDependents"] == json!(true);
     let mut object = decode(&old)?;
+    // Foreground: the owner waits, marked, until its dependents are gone.
+    let foreground =
+        policy == Some("Foreground") && object["metadata"].get("deletionTimestamp").is_none();
+    if foreground {
+        let mut finalizers = object["metadata"]["finalizers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        finalizers.push(json!(crate::gc::FOREGROUND));
+        object["metadata"]["finalizers"] = Value::Array(finalizers);
+    }
     if !has_finalizers(&object) {
         let stored = write(
             server,
@@ -984,6 +993,12 @@ async fn delete(
         },
     )
     .await?;
+    if foreground {
+        tokio::spawn(crate::gc::finish_foreground(
+            server.clone(),
+            stored.key.clone(),
+        ));
+    }
     Ok(json_response(StatusCode::OK, &decode(&stored)?))
 }
 

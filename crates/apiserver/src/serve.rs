@@ -184,9 +184,11 @@ pub async fn serve(
         &path,
         &kubeconfig(&format!("https://{addr}"), &base64(cert.as_bytes()), &token),
     )?;
-    let app = router(ApiServer::new(store)).layer(axum::middleware::from_fn(move |req, next| {
+    let server = ApiServer::new(store);
+    let app = router(server.clone()).layer(axum::middleware::from_fn(move |req, next| {
         authenticate(token.clone(), req, next)
     }));
+    tokio::spawn(crate::gc::resume(server.clone()));
     ready(addr, &path);
     tokio::pin!(shutdown);
     loop {

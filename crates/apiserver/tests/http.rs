@@ -697,3 +697,45 @@ async fn the_scale_subresource_reads_and_writes_the_parents_replicas() {
     let (code, _) = f.call(Method::GET, &format!("{CM}/x/scale"), None).await;
     assert_eq!(code, StatusCode::NOT_FOUND, "ConfigMaps have no scale");
 }
+
+#[tokio::test]
+async fn foreground_deletion_removes_dependents_before_the_owner() {
+    let f = Fixture::new();
+    let (_, owner) = f.call(Method::POST, CM, Some(cm("owner", json!({})))).await;
+    let mut held = owned_by("held-child", &owner);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    f.call(Method::POST, CM, Some(held)).await;
+    let (code, marked) = f
+        .call(
+            Method::DELETE,
+            &format!("{CM}/owner"),
+            Some(json!({ "propagationPolicy": "Foreground" })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(
+        marked["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    // The child is marked but held by its finalizer, so the owner waits.
+    let child = eventually(&f, &format!("{CM}/held-child"), StatusCode::OK).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (code, _) = f.call(Method::GET, &format!("{CM}/owner"), None).await;
+    assert_eq!(
+        code,
+        StatusCode::OK,
+        "the owner outlives a dependent that is still there: {child}"
+    );
+    // Releasing the child lets the deletion finish.
+    let (code, _) = f
+        .call(
+            Method::PATCH,
+            &format!("{CM}/held-child"),
+            Some(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    eventually(&f, &format!("{CM}/held-child"), StatusCode::NOT_FOUND).await;
+    eventually(&f, &format!("{CM}/owner"), StatusCode::NOT_FOUND).await;
+}

@@ -1,6 +1,7 @@
 //! `modelplane apiserver` over TCP with kubectl 1.33 as the client: the
 //! kubeconfig it writes works with kubectl's own verbs (create, get,
-//! label, patch, jsonpath, delete), requests without the token get 401,
+//! label, patch, jsonpath, delete --cascade=foreground), requests
+//! without the token get 401,
 //! and objects survive a restart after SIGKILL.
 
 use std::io::{BufRead, BufReader};
@@ -190,6 +191,33 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     );
     assert!(ok, "{err}");
     assert!(out.contains("\"settings\""));
+
+    // Foreground cascade: a dependent goes first, then its owner.
+    let (_, uid, _) = server.kubectl(
+        &cache,
+        &["get", "cm", "settings", "-o", "jsonpath={.metadata.uid}"],
+    );
+    let child = dir.path().join("child.json");
+    let manifest = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "child", "ownerReferences": [{ "apiVersion": "v1", "kind": "ConfigMap", "name": "settings", "uid": uid }] },
+    });
+    std::fs::write(&child, manifest.to_string()).expect("child");
+    let (ok, _, err) = server.kubectl(&cache, &["apply", "-f", &child.to_string_lossy()]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = server.kubectl(
+        &cache,
+        &["delete", "cm", "settings", "--cascade=foreground"],
+    );
+    assert!(
+        ok && out.contains("configmap \"settings\" deleted"),
+        "{out}{err}"
+    );
+    let (_, out, err) = server.kubectl(&cache, &["get", "cm"]);
+    assert!(
+        err.contains("No resources found"),
+        "both are gone: {out}{err}"
+    );
 }
 
 #[test]
