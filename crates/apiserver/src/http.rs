@@ -371,6 +371,7 @@ fn check_content_type(method: &Method, headers: &axum::http::HeaderMap) -> Resul
             "application/merge-patch+json",
             "application/json-patch+json",
             "application/strategic-merge-patch+json",
+            "application/apply-patch+yaml",
         ],
         _ => return Ok(()),
     };
@@ -430,7 +431,9 @@ async fn handle(
             (&Method::PUT, Some(name)) => {
                 replace(&server, &target, &name, parse_body(&body)?).await
             }
-            (&Method::PATCH, Some(name)) => patch(&server, &target, &name, &body, &headers).await,
+            (&Method::PATCH, Some(name)) => {
+                patch(&server, &target, &name, &body, &headers, &query).await
+            }
             (&Method::DELETE, Some(name)) => delete(&server, &target, &name, &body, &query).await,
             _ => Err(Failure::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -733,6 +736,88 @@ async fn replace(
     Ok(with_warnings(response, &warnings))
 }
 
+/// Server-side apply (`crate::apply`): creates the object when missing.
+async fn server_side_apply(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    body: &Bytes,
+    query: &BTreeMap<String, String>,
+) -> Result<Response, Failure> {
+    let bad = |m: String| Failure::new(StatusCode::BAD_REQUEST, "BadRequest", m);
+    let manager = query.get("fieldManager").filter(|m| !m.is_empty()).ok_or_else(|| {
+        Failure::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        )
+    })?;
+    let force = query.get("force").is_some_and(|f| f == "true");
+    let text =
+        std::str::from_utf8(body).map_err(|e| bad(format!("the apply patch is not UTF-8: {e}")))?;
+    let applied: Value = serde_saphyr::from_str(text)
+        .map_err(|e| bad(format!("the apply patch is not valid YAML: {e}")))?;
+    if applied["apiVersion"].as_str().is_none() || applied["kind"].as_str().is_none() {
+        return Err(bad("an apply patch needs apiVersion and kind".into()));
+    }
+    let now = crate::object::now();
+    let conflict =
+        |c: crate::apply::Conflicts| Failure::new(StatusCode::CONFLICT, "Conflict", c.to_string());
+    let key = target.resource.key(target.namespace.as_deref(), name);
+    let s = server.clone();
+    let live = blocking(move || s.store.get(&key))
+        .await?
+        .map_err(|e| store_failure(target, name, e))?;
+    let Some(old) = live else {
+        let mut object =
+            crate::apply::apply(None, &applied, manager, force, &now).map_err(conflict)?;
+        object["metadata"]["name"] = json!(name);
+        let managed = object["metadata"]["managedFields"].clone();
+        prepare_create(
+            &mut object,
+            &target.resource,
+            target.namespace.as_deref(),
+            &Identity::fresh(),
+        )
+        .map_err(|r| refusal(target, name, r))?;
+        let (mut object, warnings) = admit(server, target, object, None)?;
+        object["metadata"]["managedFields"] = managed;
+        let is_crd = target.resource.plural == "customresourcedefinitions";
+        if is_crd {
+            crate::crd::accept(&mut object, &now);
+        }
+        let key = target.resource.key(target.namespace.as_deref(), name);
+        let stored = write(
+            server,
+            target,
+            name,
+            Write::Create {
+                key,
+                value: encode(&object),
+            },
+        )
+        .await?;
+        if is_crd {
+            server.sync_crds();
+        }
+        return Ok(with_warnings(
+            json_response(StatusCode::CREATED, &decode(&stored)?),
+            &warnings,
+        ));
+    };
+    let old_object = decode(&old)?;
+    let new =
+        crate::apply::apply(Some(&old_object), &applied, manager, force, &now).map_err(conflict)?;
+    let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
+    let change = prepare_update(&old_object, &mut new, &target.resource)
+        .map_err(|r| refusal(target, name, r))?;
+    let response = store_update(server, target, name, &old, new, change, None).await?;
+    if target.resource.plural == "customresourcedefinitions" {
+        server.sync_crds();
+    }
+    Ok(with_warnings(response, &warnings))
+}
+
 /// Sets the value at a simple JSONPath (`.spec.replicas`), creating maps.
 fn set_at(object: &mut Value, path: &str, value: Value) {
     let keys: Vec<&str> = path
@@ -845,13 +930,17 @@ async fn patch(
     name: &str,
     body: &Bytes,
     headers: &axum::http::HeaderMap,
+    query: &BTreeMap<String, String>,
 ) -> Result<Response, Failure> {
-    let patch = parse_body(body)?;
     let kind = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .and_then(PatchType::from_content_type)
         .unwrap_or(PatchType::Merge);
+    if kind == PatchType::Apply {
+        return server_side_apply(server, target, name, body, query).await;
+    }
+    let patch = parse_body(body)?;
     let builtin = builtins()
         .iter()
         .any(|r| r.group == target.resource.group && r.plural == target.resource.plural);
@@ -880,7 +969,8 @@ async fn patch(
                 "a merge patch must be a JSON object",
             ));
         }
-        PatchType::Merge => crate::patch::merge(&mut new, &patch),
+        // Handled above.
+        PatchType::Merge | PatchType::Apply => crate::patch::merge(&mut new, &patch),
         PatchType::Strategic => crate::patch::strategic(&mut new, &patch),
     }
     let (new, change, warnings) = if target.status {

@@ -5,6 +5,7 @@
 //! [`object`] metadata rules. The HTTP API will sit on them
 //! (`../shared/spec/apiserver.md` §3).
 
+pub mod apply;
 pub mod crd;
 pub mod discovery;
 pub mod gc;

@@ -15,6 +15,8 @@ pub enum PatchType {
     Json,
     /// `application/strategic-merge-patch+json`.
     Strategic,
+    /// `application/apply-patch+yaml` (server-side apply).
+    Apply,
 }
 
 impl PatchType {
@@ -24,6 +26,7 @@ impl PatchType {
             "application/merge-patch+json" => Some(PatchType::Merge),
             "application/json-patch+json" => Some(PatchType::Json),
             "application/strategic-merge-patch+json" => Some(PatchType::Strategic),
+            "application/apply-patch+yaml" => Some(PatchType::Apply),
             _ => None,
         }
     }
@@ -158,7 +161,8 @@ mod tests {
         );
         assert_eq!(
             PatchType::from_content_type("application/apply-patch+yaml"),
-            None
+            Some(PatchType::Apply)
         );
+        assert_eq!(PatchType::from_content_type("text/plain"), None);
     }
 }

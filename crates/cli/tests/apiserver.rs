@@ -390,6 +390,52 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
         String::from_utf8_lossy(&waited.stderr)
     );
 
+    // Server-side apply: field managers own what they apply; a second
+    // manager changing it conflicts unless it forces.
+    let ssa = |replicas: &str, manager: &str, force: bool| {
+        let file = dir.path().join(format!("ssa-{manager}-{replicas}.yaml"));
+        std::fs::write(
+            &file,
+            text.replace("replicas: 2", &format!("replicas: {replicas}")),
+        )
+        .expect("ssa file");
+        let path = file.to_string_lossy().to_string();
+        let mut args = vec![
+            "apply",
+            "--server-side",
+            "--field-manager",
+            manager,
+            "-f",
+            &path,
+        ];
+        if force {
+            args.push("--force-conflicts");
+        }
+        server.kubectl(&cache, &args)
+    };
+    let (ok, out, err) = ssa("5", "team-a", false);
+    assert!(
+        ok && out.contains("modeldeployment.modelplane.ai/qwen3-8b serverside-applied"),
+        "{out}{err}"
+    );
+    let (ok, _, err) = ssa("6", "team-b", false);
+    assert!(!ok && err.contains("conflict with \"team-a\""), "{err}");
+    let (ok, _, err) = ssa("6", "team-b", true);
+    assert!(ok, "{err}");
+    let (_, out, _) = server.kubectl(
+        &cache,
+        &[
+            "get",
+            "md",
+            "qwen3-8b",
+            "-n",
+            "ml-team",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    );
+    assert_eq!(out, "6");
+
     // The immutable stack, enforced by the CRD's CEL rule.
     let (ok, _, err) = server.kubectl(
         &cache,
