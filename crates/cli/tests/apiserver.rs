@@ -192,6 +192,38 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     assert!(ok, "{err}");
     assert!(out.contains("\"settings\""));
 
+    // kubectl get -w receives the events as they happen.
+    let watcher = Command::new(kubectl())
+        .arg("--kubeconfig")
+        .arg(&server.kubeconfig)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .args(["get", "cm", "-w", "-o", "name", "--request-timeout=3s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl get -w");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let late = dir.path().join("late.json");
+    std::fs::write(
+        &late,
+        r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"late"}}"#,
+    )
+    .expect("late");
+    let (ok, _, err) = server.kubectl(&cache, &["apply", "-f", &late.to_string_lossy()]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = server.kubectl(&cache, &["delete", "cm", "late"]);
+    assert!(ok, "{err}");
+    let watched = String::from_utf8_lossy(&watcher.wait_with_output().expect("watch ends").stdout)
+        .to_string();
+    // The initial state, then the creation and the deletion of `late`.
+    assert_eq!(
+        watched.lines().filter(|l| *l == "configmap/late").count(),
+        2,
+        "{watched}"
+    );
+    assert!(watched.starts_with("configmap/settings"), "{watched}");
+
     // Foreground cascade: a dependent goes first, then its owner.
     let (_, uid, _) = server.kubectl(
         &cache,
