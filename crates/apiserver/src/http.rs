@@ -60,6 +60,8 @@ impl ApiServer {
             admission: modelplane_cel::Admission::new(),
         });
         server.sync_crds();
+        // A store that cannot be written shows on the first request.
+        let _ = crate::namespaces::ensure_built_in(&server);
         server
     }
 
@@ -523,11 +525,30 @@ async fn write(
         .map_err(|e| store_failure(target, name, e))
 }
 
+/// Refuses content for a namespace that does not exist or is terminating.
+async fn check_namespace(server: &Arc<ApiServer>, target: &Target) -> Result<(), Failure> {
+    let Some(namespace) = target
+        .namespace
+        .clone()
+        .filter(|_| target.resource.namespaced)
+    else {
+        return Ok(());
+    };
+    let s = server.clone();
+    match blocking(move || crate::namespaces::refuse_content(&s, &namespace)).await? {
+        Ok(None) => Ok(()),
+        Ok(Some((404, message))) => Err(Failure::new(StatusCode::NOT_FOUND, "NotFound", message)),
+        Ok(Some((_, message))) => Err(Failure::new(StatusCode::FORBIDDEN, "Forbidden", message)),
+        Err(e) => Err(store_failure(target, "", e)),
+    }
+}
+
 async fn create(
     server: &Arc<ApiServer>,
     target: &Target,
     body: &Bytes,
 ) -> Result<Response, Failure> {
+    check_namespace(server, target).await?;
     let mut object = parse_body(body)?;
     let given = object["metadata"]["name"]
         .as_str()
@@ -544,6 +565,9 @@ async fn create(
     let is_crd = target.resource.plural == "customresourcedefinitions";
     if is_crd {
         crate::crd::accept(&mut object, &crate::object::now());
+    }
+    if target.resource.names_are_labels() {
+        crate::namespaces::activate(&mut object);
     }
     let name = object["metadata"]["name"]
         .as_str()
@@ -769,6 +793,7 @@ async fn server_side_apply(
         .await?
         .map_err(|e| store_failure(target, name, e))?;
     let Some(old) = live else {
+        check_namespace(server, target).await?;
         let mut object =
             crate::apply::apply(None, &applied, manager, force, &now).map_err(conflict)?;
         object["metadata"]["name"] = json!(name);
@@ -785,6 +810,9 @@ async fn server_side_apply(
         let is_crd = target.resource.plural == "customresourcedefinitions";
         if is_crd {
             crate::crd::accept(&mut object, &now);
+        }
+        if target.resource.names_are_labels() {
+            crate::namespaces::activate(&mut object);
         }
         let key = target.resource.key(target.namespace.as_deref(), name);
         let stored = write(
@@ -1028,6 +1056,9 @@ async fn delete(
             },
         ));
     }
+    if target.resource.names_are_labels() {
+        return delete_namespace(server, target, name).await;
+    }
     let policy = options["propagationPolicy"]
         .as_str()
         .or(query.get("propagationPolicy").map(String::as_str));
@@ -1132,6 +1163,37 @@ async fn delete_custom_objects(server: Arc<ApiServer>, crd: Value) {
                 .await;
         }
     }
+}
+
+/// Marks a namespace Terminating and empties it in the background.
+async fn delete_namespace(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+) -> Result<Response, Failure> {
+    let old = read(server, target, name).await?;
+    let mut object = decode(&old)?;
+    if object["metadata"].get("deletionTimestamp").is_none() {
+        object["metadata"]["deletionTimestamp"] = json!(crate::object::now());
+        object["status"]["phase"] = json!("Terminating");
+        let stored = write(
+            server,
+            target,
+            name,
+            Write::Update {
+                key: old.key.clone(),
+                expected: Some(old.revision),
+                value: encode(&object),
+            },
+        )
+        .await?;
+        object = decode(&stored)?;
+        tokio::spawn(crate::namespaces::terminate(
+            server.clone(),
+            name.to_string(),
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &object))
 }
 
 /// Starts collecting the dependents of a deleted object.

@@ -10,6 +10,7 @@ pub mod crd;
 pub mod discovery;
 pub mod gc;
 pub mod http;
+pub mod namespaces;
 pub mod object;
 pub mod openapi;
 pub mod patch;

@@ -189,6 +189,7 @@ pub async fn serve(
         authenticate(token.clone(), req, next)
     }));
     tokio::spawn(crate::gc::resume(server.clone()));
+    tokio::spawn(crate::namespaces::resume(server.clone()));
     ready(addr, &path);
     tokio::pin!(shutdown);
     loop {

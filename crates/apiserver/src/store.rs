@@ -153,9 +153,25 @@ pub enum Write {
     },
 }
 
+/// Where a write's outcome goes.
+enum Reply {
+    Async(oneshot::Sender<Result<Stored, Error>>),
+    Blocking(mpsc::Sender<Result<Stored, Error>>),
+}
+
+impl Reply {
+    fn send(self, outcome: Result<Stored, Error>) {
+        // A caller that stopped waiting is fine.
+        let _ = match self {
+            Reply::Async(tx) => tx.send(outcome).map_err(|_| ()),
+            Reply::Blocking(tx) => tx.send(outcome).map_err(|_| ()),
+        };
+    }
+}
+
 struct Job {
     write: Write,
-    reply: oneshot::Sender<Result<Stored, Error>>,
+    reply: Reply,
 }
 
 /// The store. Cheap to share behind an `Arc`; dropping it stops the writer
@@ -245,22 +261,27 @@ impl Store {
         Ok(f(&conn)?)
     }
 
-    /// Queues a write; the receiver gets its result once it is durable.
-    pub fn submit(&self, write: Write) -> oneshot::Receiver<Result<Stored, Error>> {
-        let (reply, result) = oneshot::channel();
+    fn queue(&self, write: Write, reply: Reply) {
         if let Some(jobs) = &self.jobs
             && let Err(mpsc::SendError(job)) = jobs.send(Job { write, reply })
         {
-            let _ = job.reply.send(Err(Error::Closed));
+            job.reply.send(Err(Error::Closed));
         }
+    }
+
+    /// Queues a write; the receiver gets its result once it is durable.
+    pub fn submit(&self, write: Write) -> oneshot::Receiver<Result<Stored, Error>> {
+        let (reply, result) = oneshot::channel();
+        self.queue(write, Reply::Async(reply));
         result
     }
 
-    /// Writes and waits until it is durable (from async code, `submit().await`).
+    /// Writes and waits until it is durable. Blocks the calling thread, so
+    /// async code uses `submit().await`; usable inside a runtime at startup.
     pub fn write(&self, write: Write) -> Result<Stored, Error> {
-        self.submit(write)
-            .blocking_recv()
-            .map_err(|_| Error::Closed)?
+        let (reply, result) = mpsc::channel();
+        self.queue(write, Reply::Blocking(reply));
+        result.recv().map_err(|_| Error::Closed)?
     }
 
     /// The live object at `key`.
@@ -508,13 +529,13 @@ fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>, events: broadcas
                         let _ = events.send(event);
                         stored
                     });
-                    let _ = job.reply.send(reply);
+                    job.reply.send(reply);
                 }
             }
             Err(e) => {
                 let message = e.to_string();
                 for job in batch {
-                    let _ = job.reply.send(Err(Error::RolledBack(message.clone())));
+                    job.reply.send(Err(Error::RolledBack(message.clone())));
                 }
             }
         }

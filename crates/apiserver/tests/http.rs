@@ -21,10 +21,11 @@ impl Fixture {
     fn new() -> Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(&dir.path().join("state.db")).expect("store");
-        Fixture {
-            _dir: dir,
-            server: ApiServer::new(store),
+        let server = ApiServer::new(store);
+        for ns in ["ns", "other", "first", "ml"] {
+            modelplane_apiserver::namespaces::create(&server, ns).expect("namespace");
         }
+        Fixture { _dir: dir, server }
     }
 
     async fn call(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -738,4 +739,62 @@ async fn foreground_deletion_removes_dependents_before_the_owner() {
     assert_eq!(code, StatusCode::OK);
     eventually(&f, &format!("{CM}/held-child"), StatusCode::NOT_FOUND).await;
     eventually(&f, &format!("{CM}/owner"), StatusCode::NOT_FOUND).await;
+}
+
+#[tokio::test]
+async fn namespaces_must_exist_and_take_their_contents_when_deleted() {
+    let f = Fixture::new();
+    let (code, missing) = f
+        .call(
+            Method::POST,
+            "/api/v1/namespaces/nowhere/configmaps",
+            Some(cm("a", json!({}))),
+        )
+        .await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert_eq!(missing["message"], "namespaces \"nowhere\" not found");
+    let (code, default) = f
+        .call(Method::GET, "/api/v1/namespaces/default", None)
+        .await;
+    assert_eq!(
+        (code, default["status"]["phase"].as_str()),
+        (StatusCode::OK, Some("Active"))
+    );
+
+    let (code, _) = f
+        .call(
+            Method::POST,
+            "/api/v1/namespaces",
+            Some(json!({ "metadata": { "name": "team" } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CREATED);
+    let team = "/api/v1/namespaces/team/configmaps";
+    f.call(Method::POST, team, Some(cm("a", json!({})))).await;
+    let mut held = cm("held", json!({}));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    f.call(Method::POST, team, Some(held)).await;
+
+    let (code, terminating) = f
+        .call(Method::DELETE, "/api/v1/namespaces/team", None)
+        .await;
+    assert_eq!(
+        (code, terminating["status"]["phase"].as_str()),
+        (StatusCode::OK, Some("Terminating"))
+    );
+    let (code, refused) = f
+        .call(Method::POST, team, Some(cm("late", json!({}))))
+        .await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "{refused}");
+    eventually(&f, &format!("{team}/a"), StatusCode::NOT_FOUND).await;
+    // The held object keeps the namespace until its finalizer goes.
+    let (code, _) = f.call(Method::GET, "/api/v1/namespaces/team", None).await;
+    assert_eq!(code, StatusCode::OK);
+    f.call(
+        Method::PATCH,
+        &format!("{team}/held"),
+        Some(json!({ "metadata": { "finalizers": null } })),
+    )
+    .await;
+    eventually(&f, "/api/v1/namespaces/team", StatusCode::NOT_FOUND).await;
 }

@@ -1,0 +1,149 @@
+//! Namespaces (`apiserver.md` §3.7): `default`, `kube-system` and
+//! `kube-public` always exist; objects go only into namespaces that exist
+//! and are not terminating; deleting a namespace marks it Terminating,
+//! deletes everything in it (finalizers respected), then the namespace.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::http::{ApiServer, has_finalizers};
+use crate::object::{Identity, now, prepare_create};
+use crate::resources::{Resource, builtins};
+use crate::store::{Error, Write};
+
+/// Namespaces every server has.
+pub const BUILT_IN: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+fn namespaces() -> Resource {
+    builtins()
+        .into_iter()
+        .find(|r| r.group.is_empty() && r.plural == "namespaces")
+        .expect("namespaces are built in")
+}
+
+/// Store key of a namespace.
+pub fn key(name: &str) -> String {
+    namespaces().key(None, name)
+}
+
+/// Gives a new Namespace its status.
+pub fn activate(namespace: &mut Value) {
+    namespace["spec"] = json!({ "finalizers": ["kubernetes"] });
+    namespace["status"] = json!({ "phase": "Active" });
+}
+
+/// Creates namespace `name` unless it exists (blocking).
+pub fn create(server: &ApiServer, name: &str) -> Result<(), Error> {
+    if server.store().get(&key(name))?.is_some() {
+        return Ok(());
+    }
+    let mut object = json!({ "metadata": { "name": name } });
+    if prepare_create(&mut object, &namespaces(), None, &Identity::fresh()).is_err() {
+        return Err(Error::NotFound(format!(
+            "namespace name {name:?} is invalid"
+        )));
+    }
+    activate(&mut object);
+    let write = Write::Create {
+        key: key(name),
+        value: object.to_string().into_bytes(),
+    };
+    match server.store().write(write) {
+        Ok(_) | Err(Error::AlreadyExists(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates the built-in namespaces that are missing.
+pub fn ensure_built_in(server: &ApiServer) -> Result<(), Error> {
+    BUILT_IN.iter().try_for_each(|name| create(server, name))
+}
+
+/// Why an object cannot be created in `namespace`, if it cannot.
+pub fn refuse_content(server: &ApiServer, namespace: &str) -> Result<Option<(u16, String)>, Error> {
+    let Some(stored) = server.store().get(&key(namespace))? else {
+        return Ok(Some((404, format!("namespaces \"{namespace}\" not found"))));
+    };
+    let object: Value = serde_json::from_slice(&stored.value).unwrap_or(Value::Null);
+    if object["metadata"].get("deletionTimestamp").is_some() {
+        return Ok(Some((
+            403,
+            format!(
+                "unable to create new content in namespace {namespace} because it is being terminated"
+            ),
+        )));
+    }
+    Ok(None)
+}
+
+/// Deletes everything in a terminating namespace, then the namespace.
+pub async fn terminate(server: Arc<ApiServer>, name: String) {
+    loop {
+        let s = server.clone();
+        let Ok(Ok((_, everything))) =
+            tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await
+        else {
+            return;
+        };
+        let mut remaining = 0;
+        for stored in everything {
+            let Ok(mut object) = serde_json::from_slice::<Value>(&stored.value) else {
+                continue;
+            };
+            if object["metadata"]["namespace"].as_str() != Some(name.as_str()) {
+                continue;
+            }
+            remaining += 1;
+            let write = if has_finalizers(&object) {
+                if object["metadata"].get("deletionTimestamp").is_some() {
+                    continue;
+                }
+                object["metadata"]["deletionTimestamp"] = json!(now());
+                Write::Update {
+                    key: stored.key,
+                    expected: Some(stored.revision),
+                    value: object.to_string().into_bytes(),
+                }
+            } else {
+                Write::Delete {
+                    key: stored.key,
+                    expected: Some(stored.revision),
+                }
+            };
+            let _ = server.store().submit(write).await;
+        }
+        if remaining == 0 {
+            let _ = server
+                .store()
+                .submit(Write::Delete {
+                    key: key(&name),
+                    expected: None,
+                })
+                .await;
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Resumes the terminations a restart interrupted.
+pub async fn resume(server: Arc<ApiServer>) {
+    let s = server.clone();
+    let prefix = namespaces().prefix();
+    let Ok(Ok((_, all))) =
+        tokio::task::spawn_blocking(move || s.store().list(&prefix, None, None)).await
+    else {
+        return;
+    };
+    for stored in all {
+        let Ok(object) = serde_json::from_slice::<Value>(&stored.value) else {
+            continue;
+        };
+        if object["metadata"].get("deletionTimestamp").is_some()
+            && let Some(name) = object["metadata"]["name"].as_str()
+        {
+            tokio::spawn(terminate(server.clone(), name.to_string()));
+        }
+    }
+}
