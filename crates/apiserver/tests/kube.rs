@@ -166,3 +166,134 @@ async fn the_finalizer_helper_adds_runs_cleanup_and_removes_its_finalizer() {
     );
     assert!(matches!(api.get("guarded").await, Err(kube::Error::Api(e)) if e.code == 404));
 }
+
+mod controller {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::Resource;
+    use kube::runtime::Controller;
+
+    struct Context {
+        client: Client,
+        reconciles: AtomicUsize,
+    }
+
+    /// Keeps a child ConfigMap for each Deployment and writes its status
+    /// every time, as controllers do; unchanged status must be a no-op.
+    async fn reconcile(parent: Arc<Deployment>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
+        ctx.reconciles.fetch_add(1, Ordering::SeqCst);
+        let ns = parent.namespace().unwrap_or_default();
+        let owner = parent.controller_owner_ref(&()).expect("owner reference");
+        let child: ConfigMap = serde_json::from_value(json!({
+            "metadata": { "name": format!("{}-child", parent.name_any()), "ownerReferences": [owner] },
+            "data": { "replicas": parent.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0).to_string() },
+        }))
+        .expect("child");
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+            .patch(
+                &child.name_any(),
+                &PatchParams::apply("test-controller"),
+                &Patch::Apply(child),
+            )
+            .await?;
+        let status = json!({ "status": { "observedGeneration": parent.metadata.generation } });
+        Api::<Deployment>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &parent.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(status),
+            )
+            .await?;
+        Ok(Action::await_change())
+    }
+
+    fn error_policy(_: Arc<Deployment>, _: &kube::Error, _: Arc<Context>) -> Action {
+        Action::requeue(Duration::from_millis(100))
+    }
+
+    #[tokio::test]
+    async fn a_controller_reconciles_on_child_changes_and_settles() {
+        let (_dir, _server, client) = client();
+        let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+        let configmaps: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            reconciles: AtomicUsize::new(0),
+        });
+        let run = Controller::new(deployments.clone(), watcher::Config::default())
+            .owns(configmaps.clone(), watcher::Config::default())
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|_| async {});
+        let handle = tokio::spawn(run);
+
+        let parent: Deployment = serde_json::from_value(json!({
+            "metadata": { "name": "web" },
+            "spec": { "replicas": 2, "selector": { "matchLabels": { "app": "web" } },
+                      "template": { "metadata": { "labels": { "app": "web" } }, "spec": { "containers": [{ "name": "c", "image": "nginx" }] } } },
+        }))
+        .expect("deployment");
+        deployments
+            .create(&PostParams::default(), &parent)
+            .await
+            .expect("create");
+        let child = wait_for(|| async { configmaps.get("web-child").await.ok() }).await;
+        assert_eq!(
+            child
+                .data
+                .unwrap_or_default()
+                .get("replicas")
+                .map(String::as_str),
+            Some("2")
+        );
+
+        // Settled: repeated status and child writes change nothing, so no reconcile follows.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let settled = ctx.reconciles.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(
+            ctx.reconciles.load(Ordering::SeqCst),
+            settled,
+            "the controller loops on no-op writes"
+        );
+
+        // Someone edits the child: the owner is reconciled and the child restored.
+        configmaps
+            .patch(
+                "web-child",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "data": { "replicas": "9" } })),
+            )
+            .await
+            .expect("edit child");
+        wait_for(|| async {
+            let c = configmaps.get("web-child").await.ok()?;
+            (c.data
+                .unwrap_or_default()
+                .get("replicas")
+                .map(String::as_str)
+                == Some("2"))
+            .then_some(())
+        })
+        .await;
+        assert!(ctx.reconciles.load(Ordering::SeqCst) > settled);
+        let status = deployments.get_status("web").await.expect("status");
+        assert_eq!(status.status.and_then(|s| s.observed_generation), Some(1));
+        handle.abort();
+    }
+
+    async fn wait_for<T, F, Fut>(mut probe: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        for _ in 0..200 {
+            if let Some(v) = probe().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("condition not reached in 5 s");
+    }
+}
