@@ -1,7 +1,7 @@
 //! kube-rs 5 against the server in-process (`Client::new(router)`): every
 //! `Api` verb and patch type, the status subresource, a `watcher` that
-//! survives an in-stream 410 by re-listing, and the `finalizer()` helper end
-//! to end.
+//! survives an in-stream 410 by re-listing, the `finalizer()` helper end
+//! to end, a `Controller` with `.owns()`, and the events recorder.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +12,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource as _, ResourceExt};
 use modelplane_apiserver::Store;
 use modelplane_apiserver::http::{ApiServer, router};
 use serde_json::json;
@@ -172,7 +172,6 @@ mod controller {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use k8s_openapi::api::apps::v1::Deployment;
-    use kube::Resource;
     use kube::runtime::Controller;
 
     struct Context {
@@ -296,4 +295,53 @@ mod controller {
         }
         panic!("condition not reached in 5 s");
     }
+}
+
+#[tokio::test]
+async fn the_events_recorder_publishes_and_counts_repeats() {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+    let (_dir, _server, client) = client();
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let object = api
+        .create(&PostParams::default(), &cm("noted"))
+        .await
+        .expect("create");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "modelplane-test".into(),
+            instance: None,
+        },
+    );
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Reconciled".into(),
+        note: Some("all good".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = object.object_ref(&());
+    recorder
+        .publish(&event, &reference)
+        .await
+        .expect("first publish creates an Event");
+    recorder
+        .publish(&event, &reference)
+        .await
+        .expect("a repeat patches its series");
+    let events: Api<K8sEvent> = Api::default_namespaced(client);
+    let list = events
+        .list(&ListParams::default())
+        .await
+        .expect("list events");
+    assert_eq!(list.items.len(), 1, "a repeat is one Event with a series");
+    let recorded = &list.items[0];
+    assert_eq!(recorded.reason.as_deref(), Some("Reconciled"));
+    assert_eq!(
+        recorded.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("noted")
+    );
+    assert_eq!(recorded.series.as_ref().map(|s| s.count), Some(2));
 }
