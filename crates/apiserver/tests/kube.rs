@@ -345,3 +345,32 @@ async fn the_events_recorder_publishes_and_counts_repeats() {
     );
     assert_eq!(recorded.series.as_ref().map(|s| s.count), Some(2));
 }
+
+#[tokio::test]
+async fn a_streaming_list_watcher_gets_the_initial_state_then_changes() {
+    let (_dir, _server, client) = client();
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    for name in ["one", "two"] {
+        api.create(&PostParams::default(), &cm(name))
+            .await
+            .expect("create");
+    }
+    let config = watcher::Config::default().streaming_lists().timeout(2);
+    let mut events = watcher(api.clone(), config).applied_objects().boxed();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        let next = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("in time");
+        seen.push(next.expect("event").expect("object").name_any());
+    }
+    seen.sort();
+    assert_eq!(seen, ["one", "two"]);
+    api.create(&PostParams::default(), &cm("three"))
+        .await
+        .expect("create");
+    let next = tokio::time::timeout(Duration::from_secs(5), events.next())
+        .await
+        .expect("in time");
+    assert_eq!(next.expect("event").expect("object").name_any(), "three");
+}
