@@ -333,12 +333,52 @@ fn decode(stored: &Stored) -> Result<Value, Failure> {
     Ok(object)
 }
 
+/// The stored form: `apiVersion`, `kind` and `metadata` first (so lists can
+/// stamp the resourceVersion without parsing, see [`stamp`]), no
+/// resourceVersion (the store's revision is the truth).
 fn encode(object: &Value) -> Vec<u8> {
-    let mut stored = object.clone();
-    if let Some(meta) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
+    let mut ordered = serde_json::Map::new();
+    if let Some(map) = object.as_object() {
+        for key in ["apiVersion", "kind", "metadata"] {
+            if let Some(v) = map.get(key) {
+                ordered.insert(key.to_string(), v.clone());
+            }
+        }
+        for (k, v) in map {
+            if !ordered.contains_key(k) {
+                ordered.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(meta) = ordered.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
     }
-    stored.to_string().into_bytes()
+    Value::Object(ordered).to_string().into_bytes()
+}
+
+/// The stored bytes with `"resourceVersion":"REV"` spliced into the
+/// top-level metadata, when the bytes have the shape [`encode`] writes:
+/// `{"apiVersion":"…","kind":"…","metadata":{…`. `None` otherwise.
+fn stamp(raw: &[u8], revision: Revision) -> Option<Vec<u8>> {
+    const AT: &[u8] = b",\"metadata\":{";
+    let at = raw.windows(AT.len()).position(|w| w == AT)?;
+    // Exactly the two string fields before it: eight quotes, none escaped.
+    let head = &raw[..at];
+    if !head.starts_with(b"{\"apiVersion\":")
+        || head.iter().filter(|b| **b == b'"').count() != 8
+        || head.contains(&b'\\')
+    {
+        return None;
+    }
+    let split = at + AT.len();
+    let mut out = Vec::with_capacity(raw.len() + 32);
+    out.extend_from_slice(&raw[..split]);
+    out.extend_from_slice(format!("\"resourceVersion\":\"{revision}\"").as_bytes());
+    if raw.get(split) != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(&raw[split..]);
+    Some(out)
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, Failure> {
@@ -1220,6 +1260,10 @@ impl Filter {
         })
     }
 
+    fn is_empty(&self) -> bool {
+        self.labels == LabelSelector::default() && self.fields == FieldSelector::default()
+    }
+
     fn matches(&self, object: &Value) -> bool {
         self.labels.matches(&object["metadata"]["labels"]) && self.fields.matches(object)
     }
@@ -1270,6 +1314,9 @@ async fn list(
         None => None,
     };
     let prefix = target.list_prefix();
+    if filter.is_empty() && !wants_table(headers) && limit.is_none() && start.is_none() {
+        return list_raw(server, target, prefix).await;
+    }
     let s = server.clone();
     // Selectors filter after the read, so read in pages until `limit` match.
     let (revision, items, more) = blocking(move || {
@@ -1323,6 +1370,45 @@ async fn list(
             "items": items,
         }),
     ))
+}
+
+/// A whole, unfiltered list written from the stored bytes, each stamped
+/// with its revision: no parsing or re-serializing of the objects.
+async fn list_raw(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    prefix: String,
+) -> Result<Response, Failure> {
+    let s = server.clone();
+    let (revision, stored) = blocking(move || s.store.list(&prefix, None, None))
+        .await?
+        .map_err(|e| store_failure(target, "", e))?;
+    let mut body =
+        Vec::with_capacity(stored.iter().map(|s| s.value.len() + 40).sum::<usize>() + 256);
+    body.extend_from_slice(
+        format!(
+            "{{\"kind\":\"{}List\",\"apiVersion\":\"{}\",\"metadata\":{{\"resourceVersion\":\"{revision}\"}},\"items\":[",
+            target.resource.kind,
+            target.resource.api_version()
+        )
+        .as_bytes(),
+    );
+    for (i, item) in stored.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        match stamp(&item.value, item.revision) {
+            Some(stamped) => body.extend_from_slice(&stamped),
+            None => body.extend_from_slice(decode(item)?.to_string().as_bytes()),
+        }
+    }
+    body.extend_from_slice(b"]}");
+    let mut response = (StatusCode::OK, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
@@ -1476,4 +1562,28 @@ fn render_event(event: &Event, filter: &Filter) -> Option<Bytes> {
         EventKind::Deleted => "DELETED",
     };
     Some(event_line(kind, &object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamping_splices_the_revision_into_top_level_metadata() {
+        let object = json!({ "data": { "x": "\"metadata\":{" }, "metadata": { "name": "a" }, "kind": "ConfigMap", "apiVersion": "v1" });
+        let raw = encode(&object);
+        let stamped: Value =
+            serde_json::from_slice(&stamp(&raw, 42).expect("encoded shape")).expect("JSON");
+        let mut expected = object.clone();
+        expected["metadata"]["resourceVersion"] = json!("42");
+        assert_eq!(stamped, expected);
+        let empty_meta = encode(&json!({ "apiVersion": "v1", "kind": "X", "metadata": {} }));
+        let stamped: Value =
+            serde_json::from_slice(&stamp(&empty_meta, 7).expect("shape")).expect("JSON");
+        assert_eq!(stamped["metadata"], json!({ "resourceVersion": "7" }));
+        assert!(
+            stamp(br#"{"spec":{"metadata":{}},"metadata":{}}"#, 1).is_none(),
+            "other shapes are parsed instead"
+        );
+    }
 }
