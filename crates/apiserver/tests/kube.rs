@@ -374,3 +374,46 @@ async fn a_streaming_list_watcher_gets_the_initial_state_then_changes() {
         .expect("in time");
     assert_eq!(next.expect("event").expect("object").name_any(), "three");
 }
+
+#[tokio::test]
+async fn over_tcp_and_tls_with_the_kubeconfig_it_writes() {
+    use modelplane_apiserver::serve::{Config as ServeConfig, serve};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ready, path) = tokio::sync::oneshot::channel();
+    let config = ServeConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().expect("addr"),
+    };
+    let server = tokio::spawn(serve(
+        config,
+        move |_, p| drop(ready.send(p.to_path_buf())),
+        std::future::pending(),
+    ));
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(path.await.expect("ready")).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &Default::default())
+        .await
+        .expect("config");
+    let client = Client::try_from(config).expect("client");
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    api.create(&PostParams::default(), &cm("tcp"))
+        .await
+        .expect("create over TLS with the token");
+    assert_eq!(api.get("tcp").await.expect("get").name_any(), "tcp");
+
+    // The same server with another token: 401.
+    let mut forged = kubeconfig;
+    if let Some(user) = forged
+        .auth_infos
+        .first_mut()
+        .and_then(|a| a.auth_info.as_mut())
+    {
+        user.token = Some("not-the-token".to_string().into());
+    }
+    let config = kube::Config::from_custom_kubeconfig(forged, &Default::default())
+        .await
+        .expect("config");
+    let api: Api<ConfigMap> = Api::default_namespaced(Client::try_from(config).expect("client"));
+    assert!(matches!(api.get("tcp").await, Err(kube::Error::Api(e)) if e.code == 401));
+    server.abort();
+}
