@@ -14,10 +14,9 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::http::{ApiServer, has_finalizers};
-use crate::object::{now, set_resource_version};
+use crate::http::{ApiServer, encode, has_finalizers, read_stored};
 use crate::store::{Stored, Write};
 
 fn owner_uids(object: &Value) -> Vec<String> {
@@ -58,28 +57,14 @@ fn fate(mut object: Value, owner: &str, orphan: bool, live: &BTreeSet<String>) -
         return Fate::Release(object);
     }
     if has_finalizers(&object) {
-        if object["metadata"].get("deletionTimestamp").is_none() {
-            let generation = object["metadata"]["generation"].as_i64().unwrap_or(1);
-            object["metadata"]["deletionTimestamp"] = json!(now());
-            object["metadata"]["generation"] = json!(generation + 1);
-        }
+        crate::object::mark_deleting(&mut object);
         return Fate::Mark(object);
     }
     Fate::Delete
 }
 
 fn decode(stored: &Stored) -> Option<Value> {
-    let mut object: Value = serde_json::from_slice(&stored.value).ok()?;
-    set_resource_version(&mut object, stored.revision);
-    Some(object)
-}
-
-fn encode(object: &Value) -> Vec<u8> {
-    let mut stored = object.clone();
-    if let Some(meta) = stored.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-    }
-    stored.to_string().into_bytes()
+    read_stored(stored).ok()
 }
 
 /// Collects the dependents of the object whose uid was `owner`.

@@ -321,22 +321,27 @@ fn refusal(target: &Target, name: &str, r: Refusal) -> Failure {
     }
 }
 
+/// A stored object as served: its bytes parsed, its revision stamped.
+pub(crate) fn read_stored(stored: &Stored) -> Result<Value, serde_json::Error> {
+    let mut object: Value = serde_json::from_slice(&stored.value)?;
+    set_resource_version(&mut object, stored.revision);
+    Ok(object)
+}
+
 fn decode(stored: &Stored) -> Result<Value, Failure> {
-    let mut object: Value = serde_json::from_slice(&stored.value).map_err(|e| {
+    read_stored(stored).map_err(|e| {
         Failure::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "InternalError",
             format!("stored object is not JSON: {e}"),
         )
-    })?;
-    set_resource_version(&mut object, stored.revision);
-    Ok(object)
+    })
 }
 
 /// The stored form: `apiVersion`, `kind` and `metadata` first (so lists can
 /// stamp the resourceVersion without parsing, see [`stamp`]), no
 /// resourceVersion (the store's revision is the truth).
-fn encode(object: &Value) -> Vec<u8> {
+pub(crate) fn encode(object: &Value) -> Vec<u8> {
     let mut ordered = serde_json::Map::new();
     if let Some(map) = object.as_object() {
         for key in ["apiVersion", "kind", "metadata"] {
@@ -706,6 +711,36 @@ fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     response
 }
 
+/// Validates `new` as the successor of `old` and stores it: on the status
+/// endpoint only its status counts; elsewhere it goes through admission and
+/// the metadata rules. Shared by replace, every patch type and scale.
+async fn update_to(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    old: &Stored,
+    old_object: &Value,
+    mut new: Value,
+    expected: Option<Revision>,
+) -> Result<Response, Failure> {
+    let (new, change, warnings) = if target.status {
+        let (new, change) = prepare_status_update(old_object, &new);
+        (new, change, Vec::new())
+    } else {
+        new["apiVersion"] = json!(target.resource.api_version());
+        new["kind"] = json!(target.resource.kind);
+        let (mut new, warnings) = admit(server, target, new, Some(old_object))?;
+        let change = prepare_update(old_object, &mut new, &target.resource)
+            .map_err(|r| refusal(target, name, r))?;
+        (new, change, warnings)
+    };
+    let response = store_update(server, target, name, old, new, change, expected).await?;
+    if target.resource.plural == "customresourcedefinitions" {
+        server.sync_crds();
+    }
+    Ok(with_warnings(response, &warnings))
+}
+
 /// Stores `new` (already prepared) as the successor of `old`, unless nothing changed.
 async fn store_update(
     server: &Arc<ApiServer>,
@@ -777,27 +812,12 @@ async fn replace(
     server: &Arc<ApiServer>,
     target: &Target,
     name: &str,
-    mut new: Value,
+    new: Value,
 ) -> Result<Response, Failure> {
     let expected = precondition(&new)?;
     let old = read(server, target, name).await?;
     let old_object = decode(&old)?;
-    let (new, change, warnings) = if target.status {
-        let (new, change) = prepare_status_update(&old_object, &new);
-        (new, change, Vec::new())
-    } else {
-        new["apiVersion"] = json!(target.resource.api_version());
-        new["kind"] = json!(target.resource.kind);
-        let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
-        let change = prepare_update(&old_object, &mut new, &target.resource)
-            .map_err(|r| refusal(target, name, r))?;
-        (new, change, warnings)
-    };
-    let response = store_update(server, target, name, &old, new, change, expected).await?;
-    if target.resource.plural == "customresourcedefinitions" {
-        server.sync_crds();
-    }
-    Ok(with_warnings(response, &warnings))
+    update_to(server, target, name, &old, &old_object, new, expected).await
 }
 
 /// Server-side apply (`crate::apply`): creates the object when missing.
@@ -876,14 +896,7 @@ async fn server_side_apply(
     let old_object = decode(&old)?;
     let new =
         crate::apply::apply(Some(&old_object), &applied, manager, force, &now).map_err(conflict)?;
-    let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
-    let change = prepare_update(&old_object, &mut new, &target.resource)
-        .map_err(|r| refusal(target, name, r))?;
-    let response = store_update(server, target, name, &old, new, change, None).await?;
-    if target.resource.plural == "customresourcedefinitions" {
-        server.sync_crds();
-    }
-    Ok(with_warnings(response, &warnings))
+    update_to(server, target, name, &old, &old_object, new, None).await
 }
 
 /// Sets the value at a simple JSONPath (`.spec.replicas`), creating maps.
@@ -972,24 +985,24 @@ async fn scale(
     };
     let mut new = old_object.clone();
     set_at(&mut new, &paths.spec_replicas, json!(replicas));
-    let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
-    let change = prepare_update(&old_object, &mut new, &target.resource)
-        .map_err(|r| refusal(target, name, r))?;
-    let response = store_update(server, target, name, &old, new, change, expected).await?;
-    let body = axum::body::to_bytes(response.into_body(), MAX_BODY)
-        .await
-        .map_err(|e| {
-            Failure::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                e.to_string(),
-            )
-        })?;
+    let (parts, body) = update_to(server, target, name, &old, &old_object, new, expected)
+        .await?
+        .into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
+        Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            e.to_string(),
+        )
+    })?;
     let stored: Value = parse_body(&body)?;
-    Ok(with_warnings(
-        json_response(StatusCode::OK, &scale_of(&stored, &paths)),
-        &warnings,
-    ))
+    let mut response = json_response(StatusCode::OK, &scale_of(&stored, &paths));
+    for warning in parts.headers.get_all(header::WARNING) {
+        response
+            .headers_mut()
+            .append(header::WARNING, warning.clone());
+    }
+    Ok(response)
 }
 
 async fn patch(
@@ -1041,22 +1054,7 @@ async fn patch(
         PatchType::Merge | PatchType::Apply => crate::patch::merge(&mut new, &patch),
         PatchType::Strategic => crate::patch::strategic(&mut new, &patch),
     }
-    let (new, change, warnings) = if target.status {
-        let (new, change) = prepare_status_update(&old_object, &new);
-        (new, change, Vec::new())
-    } else {
-        new["apiVersion"] = json!(target.resource.api_version());
-        new["kind"] = json!(target.resource.kind);
-        let (mut new, warnings) = admit(server, target, new, Some(&old_object))?;
-        let change = prepare_update(&old_object, &mut new, &target.resource)
-            .map_err(|r| refusal(target, name, r))?;
-        (new, change, warnings)
-    };
-    let response = store_update(server, target, name, &old, new, change, expected).await?;
-    if target.resource.plural == "customresourcedefinitions" {
-        server.sync_crds();
-    }
-    Ok(with_warnings(response, &warnings))
+    update_to(server, target, name, &old, &old_object, new, expected).await
 }
 
 async fn delete(
@@ -1136,13 +1134,9 @@ async fn delete(
     }
     // Finalizers hold the object: mark it, once; whoever removes the last
     // finalizer deletes it.
-    if object["metadata"].get("deletionTimestamp").is_some() {
+    if !crate::object::mark_deleting(&mut object) {
         return Ok(json_response(StatusCode::OK, &object));
     }
-    let generation = object["metadata"]["generation"].as_i64().unwrap_or(1);
-    object["metadata"]["deletionTimestamp"] = json!(crate::object::now());
-    object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-    object["metadata"]["generation"] = json!(generation + 1);
     let stored = write(
         server,
         target,
@@ -1213,8 +1207,7 @@ async fn delete_namespace(
 ) -> Result<Response, Failure> {
     let old = read(server, target, name).await?;
     let mut object = decode(&old)?;
-    if object["metadata"].get("deletionTimestamp").is_none() {
-        object["metadata"]["deletionTimestamp"] = json!(crate::object::now());
+    if crate::object::mark_deleting(&mut object) {
         object["status"]["phase"] = json!("Terminating");
         let stored = write(
             server,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::http::{ApiServer, has_finalizers};
-use crate::object::{Identity, now, prepare_create};
+use crate::http::{ApiServer, encode, has_finalizers};
+use crate::object::{Identity, prepare_create};
 use crate::resources::{Resource, builtins};
 use crate::store::{Error, Write};
 
@@ -95,21 +95,19 @@ pub async fn terminate(server: Arc<ApiServer>, name: String) {
                 continue;
             }
             remaining += 1;
-            let write = if has_finalizers(&object) {
-                if object["metadata"].get("deletionTimestamp").is_some() {
-                    continue;
-                }
-                object["metadata"]["deletionTimestamp"] = json!(now());
-                Write::Update {
-                    key: stored.key,
-                    expected: Some(stored.revision),
-                    value: object.to_string().into_bytes(),
-                }
-            } else {
+            let write = if !has_finalizers(&object) {
                 Write::Delete {
                     key: stored.key,
                     expected: Some(stored.revision),
                 }
+            } else if crate::object::mark_deleting(&mut object) {
+                Write::Update {
+                    key: stored.key,
+                    expected: Some(stored.revision),
+                    value: encode(&object),
+                }
+            } else {
+                continue;
             };
             let _ = server.store().submit(write).await;
         }

@@ -312,3 +312,18 @@ fn carry_metadata(old: &Value, new: &mut Value) -> Result<(), Refusal> {
 pub fn set_resource_version(object: &mut Value, revision: i64) {
     metadata(object).insert("resourceVersion".into(), json!(revision.to_string()));
 }
+
+/// Marks an object for deletion, as the first delete of an object held by
+/// finalizers does: `deletionTimestamp` now, grace 0, generation bumped.
+/// Returns false (and changes nothing) if it was already marked.
+pub fn mark_deleting(object: &mut Value) -> bool {
+    let meta = metadata(object);
+    if meta.contains_key("deletionTimestamp") {
+        return false;
+    }
+    let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
+    meta.insert("deletionTimestamp".into(), json!(now()));
+    meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+    meta.insert("generation".into(), json!(generation + 1));
+    true
+}

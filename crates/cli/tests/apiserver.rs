@@ -18,6 +18,17 @@ fn kubectl() -> PathBuf {
     }
 }
 
+/// kubectl pointed at `kubeconfig`, with its own discovery cache.
+fn kubectl_at(kubeconfig: &Path, cache: &Path) -> Command {
+    let mut command = Command::new(kubectl());
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache);
+    command
+}
+
 struct Server {
     child: Child,
     kubeconfig: PathBuf,
@@ -44,11 +55,7 @@ impl Server {
     }
 
     fn kubectl(&self, cache: &Path, args: &[&str]) -> (bool, String, String) {
-        let out = Command::new(kubectl())
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(cache)
+        let out = kubectl_at(&self.kubeconfig, cache)
             .args(args)
             .output()
             .expect("kubectl runs");
@@ -163,11 +170,7 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     let forged = dir.path().join("forged");
     std::fs::write(&forged, kubeconfig.replace(token.trim(), "not-the-token"))
         .expect("forged kubeconfig");
-    let out = Command::new(kubectl())
-        .arg("--kubeconfig")
-        .arg(&forged)
-        .arg("--cache-dir")
-        .arg(&cache)
+    let out = kubectl_at(&forged, &cache)
         .args(["get", "--raw", "/api/v1/namespaces/default/configmaps"])
         .output()
         .expect("kubectl runs");
@@ -193,11 +196,7 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     assert!(out.contains("\"settings\""));
 
     // kubectl get -w receives the events as they happen.
-    let watcher = Command::new(kubectl())
-        .arg("--kubeconfig")
-        .arg(&server.kubeconfig)
-        .arg("--cache-dir")
-        .arg(&cache)
+    let watcher = kubectl_at(&server.kubeconfig, &cache)
         .args(["get", "cm", "-w", "-o", "name", "--request-timeout=3s"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -383,11 +382,7 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
     );
 
     // kubectl wait watches for a condition a controller sets through the status subresource.
-    let waiter = Command::new(kubectl())
-        .arg("--kubeconfig")
-        .arg(&server.kubeconfig)
-        .arg("--cache-dir")
-        .arg(&cache)
+    let waiter = kubectl_at(&server.kubeconfig, &cache)
         .args([
             "wait",
             "--for=condition=Ready",
