@@ -1,22 +1,29 @@
 //! The API server end to end (issue 6 targets), kube-rs over loopback TLS
-//! against `serve()` on 127.0.0.1, in one process:
+//! against `serve()` on 127.0.0.1, the server in a child process (this
+//! binary re-run with `MODELPLANE_BENCH_SERVE_DIR`) so its memory is its own:
 //! - durable creates of 2 KB custom objects from 16 concurrent clients
 //!   (baseline: the same creates one at a time);
 //! - a list of 10,000 objects (baseline: the store's own list);
 //! - one change delivered to 100 watchers, latency percentiles;
-//! - resident memory with 10,000 objects stored (server and client share
-//!   the process, so this is an upper bound for the server).
+//! - the server's resident memory idle and with 10,000 objects stored.
 //!
 //! `cargo bench -p modelplane-apiserver --bench api`
 
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config};
-use modelplane_apiserver::serve::{Config as ServeConfig, serve};
+use modelplane_apiserver::serve::{Config as ServeConfig, run};
 use serde_json::json;
+
+/// The `modelplane` binary's allocator, so the memory figures are its.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const VALUE: usize = 2048;
 
@@ -38,8 +45,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-fn rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
@@ -75,23 +82,60 @@ async fn create_many(
     count as f64 / start.elapsed().as_secs_f64()
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir on disk");
-    let (tx, rx) = tokio::sync::oneshot::channel();
+/// The server side: serves the directory until killed, saying `ready` once
+/// the kubeconfig is written. Same allocator as the `modelplane` binary.
+fn serve_child(dir: &str) {
     let config = ServeConfig {
-        data_dir: dir.path().to_path_buf(),
+        data_dir: dir.into(),
         listen: "127.0.0.1:0".parse().expect("addr"),
     };
-    tokio::spawn(serve(
-        config,
-        move |_, path| {
-            let _ = tx.send(path.to_path_buf());
-        },
-        std::future::pending(),
-    ));
-    let kubeconfig = rx.await.expect("server ready");
-    let kubeconfig = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+    run(config, |_, _| println!("ready")).expect("serve");
+}
+
+/// Kills the server process when the bench ends, however it ends.
+struct ServerProcess(std::process::Child);
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_server(dir: &Path) -> ServerProcess {
+    let mut child = Command::new(std::env::current_exe().expect("bench binary"))
+        .env("MODELPLANE_BENCH_SERVE_DIR", dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the server");
+    let stdout = child.stdout.take().expect("stdout");
+    let ready = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line == "ready");
+    assert!(ready, "the server did not start");
+    ServerProcess(child)
+}
+
+fn main() {
+    if let Ok(dir) = std::env::var("MODELPLANE_BENCH_SERVE_DIR") {
+        return serve_child(&dir);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(bench());
+}
+
+async fn bench() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir on disk");
+    let server = start_server(dir.path());
+    let pid = server.0.id();
+    println!("server resident memory, idle: {:.0} MiB", rss_mib(pid));
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(dir.path().join("kubeconfig")).expect("kubeconfig");
     let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .expect("config");
@@ -142,8 +186,8 @@ async fn main() {
     }
     println!("list of 10,000 objects: median {:.1} ms", median(list_ms));
     println!(
-        "resident memory with 10,000 objects (server + client): {:.0} MiB",
-        rss_mib()
+        "server resident memory with 10,000 objects (after the lists): {:.0} MiB",
+        rss_mib(pid)
     );
 
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
