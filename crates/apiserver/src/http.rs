@@ -6,7 +6,7 @@
 //! subresource, with Kubernetes `Status` errors.
 //!
 //! Legacy discovery and OpenAPI v3 are served too, and finalizers hold deletions until the
-//! last one is removed. Not yet: aggregated discovery, foreground deletion, server-side apply.
+//! last one is removed; aggregated discovery, server-side apply and dry runs too.
 //! Garbage collection (background and orphan) is in [`crate::gc`].
 //! Authentication wraps this router (`serve`).
 
@@ -36,6 +36,9 @@ use crate::store::{self, Event, EventKind, Revision, Store, Stored, Write};
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// Objects read from the store at a time while listing.
 const LIST_PAGE: usize = 1000;
+/// Most watches open at once by default; each holds a task and a channel, so
+/// a client that leaks them gets 429 instead of exhausting the server.
+pub const MAX_WATCHES: usize = 10_000;
 /// Largest accepted request body.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
@@ -46,7 +49,16 @@ pub struct ApiServer {
     resources: std::sync::RwLock<Vec<Resource>>,
     /// Validation, pruning, defaulting and CEL for Modelplane's kinds.
     admission: modelplane_cel::Admission,
+    /// The same for the other custom kinds, from their CRDs' schemas, by
+    /// `apiVersion` and plural; each kept with the schema it was compiled from.
+    schemas: std::sync::RwLock<CompiledSchemas>,
+    /// Watches open now, and how many may be ([`MAX_WATCHES`] by default).
+    watches: std::sync::atomic::AtomicUsize,
+    watch_limit: std::sync::atomic::AtomicUsize,
 }
+
+type CompiledSchemas =
+    std::collections::HashMap<(String, String), (Value, Arc<modelplane_cel::SchemaAdmission>)>;
 
 /// Key prefix of the stored CRDs.
 const CRD_PREFIX: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
@@ -58,11 +70,20 @@ impl ApiServer {
             store,
             resources: std::sync::RwLock::new(builtins()),
             admission: modelplane_cel::Admission::new(),
+            schemas: std::sync::RwLock::default(),
+            watches: std::sync::atomic::AtomicUsize::new(0),
+            watch_limit: std::sync::atomic::AtomicUsize::new(MAX_WATCHES),
         });
         server.sync_crds();
         // A store that cannot be written shows on the first request.
         let _ = crate::namespaces::ensure_built_in(&server);
         server
+    }
+
+    /// Caps the watches open at once; more get 429.
+    pub fn limit_watches(&self, limit: usize) {
+        self.watch_limit
+            .store(limit, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The store underneath (for tests and compaction).
@@ -85,9 +106,43 @@ impl ApiServer {
                 }
             }
         }
+        self.compile_schemas(&table);
         if let Ok(mut resources) = self.resources.write() {
             *resources = table;
         }
+    }
+
+    /// Compiles the schema of every custom kind not Modelplane's own,
+    /// reusing what was compiled before for a schema that did not change.
+    fn compile_schemas(&self, table: &[Resource]) {
+        let Ok(mut schemas) = self.schemas.write() else {
+            return;
+        };
+        let mut compiled = CompiledSchemas::new();
+        for resource in table {
+            let Some(schema) = &resource.schema else {
+                continue;
+            };
+            let api_version = resource.api_version();
+            if modelplane_api::crds::is_modelplane_group(&api_version) {
+                continue;
+            }
+            let key = (api_version, resource.plural.clone());
+            let admission = match schemas.get(&key) {
+                Some((old, admission)) if old == schema => admission.clone(),
+                _ => Arc::new(modelplane_cel::SchemaAdmission::compile(schema.clone())),
+            };
+            compiled.insert(key, (schema.clone(), admission));
+        }
+        *schemas = compiled;
+    }
+
+    /// The compiled schema of a custom kind that is not Modelplane's.
+    fn schema_of(&self, resource: &Resource) -> Option<Arc<modelplane_cel::SchemaAdmission>> {
+        let schemas = self.schemas.read().ok()?;
+        schemas
+            .get(&(resource.api_version(), resource.plural.clone()))
+            .map(|(_, admission)| admission.clone())
     }
 }
 
@@ -157,7 +212,7 @@ impl IntoResponse for Failure {
 }
 
 /// What a path addresses.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Target {
     resource: Resource,
     namespace: Option<String>,
@@ -165,6 +220,64 @@ struct Target {
     status: bool,
     /// The scale subresource.
     scale: bool,
+    /// `fieldValidation` and `dryRun` of the request.
+    options: WriteOptions,
+}
+
+/// How the request asks its write to be handled (`apiserver.md` §3.13, §3.14).
+#[derive(Clone, Copy, Debug, Default)]
+struct WriteOptions {
+    field_validation: FieldValidation,
+    /// `dryRun=All`: admit and check everything, persist nothing.
+    dry_run: bool,
+}
+
+/// What an unknown field does to a write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum FieldValidation {
+    /// Pruned silently.
+    Ignore,
+    /// Pruned, with a `Warning` header (the default).
+    #[default]
+    Warn,
+    /// Rejected with 400.
+    Strict,
+}
+
+impl WriteOptions {
+    fn from_query(query: &BTreeMap<String, String>) -> Result<WriteOptions, Failure> {
+        let field_validation = match query.get("fieldValidation").map(String::as_str) {
+            None | Some("" | "Warn") => FieldValidation::Warn,
+            Some("Ignore") => FieldValidation::Ignore,
+            Some("Strict") => FieldValidation::Strict,
+            Some(other) => {
+                return Err(Failure::new(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!(
+                        "fieldValidation parameter unsupported: \"{other}\": valid values are \"Ignore\", \"Warn\", \"Strict\""
+                    ),
+                ));
+            }
+        };
+        let dry_run = match query.get("dryRun").map(String::as_str) {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(Failure::new(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!(
+                        "unsupported dryRun value \"{other}\": the only supported value is \"All\""
+                    ),
+                ));
+            }
+        };
+        Ok(WriteOptions {
+            field_validation,
+            dry_run,
+        })
+    }
 }
 
 impl Target {
@@ -255,6 +368,7 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         name,
         status,
         scale,
+        options: WriteOptions::default(),
     })
 }
 
@@ -450,19 +564,44 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: axum::http::HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     if let Err(failure) = check_content_type(&method, &headers) {
         return failure.into_response();
     }
-    if method == Method::GET
-        && let Some(body) = discover(&server, uri.path())
-    {
-        return json_response(StatusCode::OK, &body);
+    let body = match body {
+        Ok(body) => body,
+        Err(rejection) => {
+            let status = rejection.status();
+            let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                "RequestEntityTooLarge"
+            } else {
+                "BadRequest"
+            };
+            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                format!("the request body is larger than the limit of {MAX_BODY} bytes")
+            } else {
+                rejection.body_text()
+            };
+            return Failure::new(status, reason, message).into_response();
+        }
+    };
+    if method == Method::GET {
+        let accept = headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if let Some(response) = aggregated_discovery(&server, uri.path(), accept) {
+            return response;
+        }
+        if let Some(body) = discover(&server, uri.path()) {
+            return json_response(StatusCode::OK, &body);
+        }
     }
     let result = async {
-        let target = parse_target(&server, uri.path())?;
+        let mut target = parse_target(&server, uri.path())?;
         let query = query(&uri);
+        target.options = WriteOptions::from_query(&query)?;
         match (&method, target.name.clone()) {
             (&Method::GET | &Method::PUT | &Method::PATCH, Some(name)) if target.scale => {
                 scale(&server, &target, &name, &method, &body).await
@@ -491,6 +630,27 @@ async fn handle(
     }
     .await;
     result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Aggregated discovery of `/api` or `/apis`, when the client asks for it.
+fn aggregated_discovery(server: &ApiServer, path: &str, accept: &str) -> Option<Response> {
+    let core = match path.trim_end_matches('/') {
+        "/api" => true,
+        "/apis" => false,
+        _ => return None,
+    };
+    if !discovery::wants_aggregated(accept) {
+        return None;
+    }
+    let mut response = json_response(
+        StatusCode::OK,
+        &discovery::aggregated(&server.resources(), core),
+    );
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(discovery::AGGREGATED),
+    );
+    Some(response)
 }
 
 /// Discovery documents, for the paths that are not resources.
@@ -556,6 +716,9 @@ async fn write(
     name: &str,
     w: Write,
 ) -> Result<Stored, Failure> {
+    if target.options.dry_run {
+        return dry_write(server, target, name, w);
+    }
     server
         .store
         .submit(w)
@@ -568,6 +731,52 @@ async fn write(
             )
         })?
         .map_err(|e| store_failure(target, name, e))
+}
+
+/// What `w` would store, checked against the current state (existence,
+/// the expected revision) but not stored: `dryRun=All`. An update keeps the
+/// current revision, a create has none yet.
+fn dry_write(server: &ApiServer, target: &Target, name: &str, w: Write) -> Result<Stored, Failure> {
+    let (key, expected) = match &w {
+        Write::Create { key, .. } => (key.clone(), None),
+        Write::Update { key, expected, .. } | Write::Delete { key, expected } => {
+            (key.clone(), *expected)
+        }
+    };
+    let current = server
+        .store
+        .get(&key)
+        .map_err(|e| store_failure(target, name, e))?;
+    match (w, current) {
+        (Write::Create { key, value }, None) => Ok(Stored {
+            key,
+            revision: 0,
+            create_revision: 0,
+            value: value.into(),
+        }),
+        (Write::Create { key, .. }, Some(_)) => Err(store_failure(
+            target,
+            name,
+            store::Error::AlreadyExists(key),
+        )),
+        (_, None) => Err(target.not_found(name)),
+        (_, Some(current)) if expected.is_some_and(|e| e != current.revision) => {
+            Err(store_failure(
+                target,
+                name,
+                store::Error::Conflict {
+                    key,
+                    expected: expected.unwrap_or_default(),
+                    actual: current.revision,
+                },
+            ))
+        }
+        (Write::Update { value, .. }, Some(current)) => Ok(Stored {
+            value: value.into(),
+            ..current
+        }),
+        (Write::Delete { .. }, Some(current)) => Ok(current),
+    }
 }
 
 /// Refuses content for a namespace that does not exist or is terminating.
@@ -638,9 +847,12 @@ async fn create(
     ))
 }
 
-/// Runs Modelplane's admission on an object of one of its kinds: 422 with
-/// every cause when rejected, else the pruned and defaulted object (keeping
-/// the metadata the server set) and the warnings. Other kinds pass as is.
+/// Admission of a write: Modelplane's own kinds through their compiled CRDs
+/// (with advisories), other custom kinds through the schema of the CRD that
+/// defines them; built-in kinds pass as they are. Unknown fields are pruned
+/// and then, by the request's `fieldValidation`, warned about, ignored or
+/// refused (400, before any other check, as decoding is); any other problem
+/// is a 422 listing every cause.
 fn admit(
     server: &ApiServer,
     target: &Target,
@@ -648,62 +860,115 @@ fn admit(
     old: Option<&Value>,
 ) -> Result<(Value, Vec<String>), Failure> {
     let metadata = object["metadata"].clone();
-    match server.admission.review(object.clone(), old) {
-        modelplane_cel::Review::Skipped { .. } => Ok((object, Vec::new())),
-        modelplane_cel::Review::Checked {
-            object: mut admitted,
-            errors,
-            warnings,
-            name,
-            ..
-        } => {
-            if !errors.is_empty() {
-                let causes: Vec<Value> = errors
-                    .iter()
-                    .map(|e| json!({ "reason": "FieldValueInvalid", "message": e.message, "field": e.path }))
-                    .collect();
-                let summary: Vec<String> = errors
-                    .iter()
-                    .map(|e| {
-                        if e.path.is_empty() {
-                            e.message.clone()
-                        } else {
-                            format!("{}: {}", e.path, e.message)
-                        }
-                    })
-                    .collect();
-                return Err(Failure {
-                    details: Some(
-                        json!({ "name": name, "group": target.resource.group, "kind": target.resource.kind, "causes": causes }),
+    let (mut admitted, problems, mut warnings) = if modelplane_api::crds::is_modelplane_group(
+        &target.resource.api_version(),
+    ) {
+        match server.admission.review(object, old) {
+            modelplane_cel::Review::Skipped { api_version, kind } => {
+                return Err(Failure::new(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    format!(
+                        "the API version in the data ({api_version}) does not match the expected API version ({}) for kind {kind}",
+                        target.resource.api_version()
                     ),
-                    ..Failure::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "Invalid",
-                        format!(
-                            "{}.{} \"{name}\" is invalid: {}",
-                            target.resource.plural,
-                            target.resource.group,
-                            summary.join(", ")
-                        ),
-                    )
-                });
+                ));
             }
-            admitted["metadata"] = metadata;
-            Ok((
-                admitted,
+            modelplane_cel::Review::Checked {
+                object,
+                errors,
+                warnings,
+                ..
+            } => (
+                object,
+                errors,
                 warnings
                     .iter()
                     .map(|w| format!("{}: {}", w.path, w.message))
-                    .collect(),
-            ))
+                    .collect::<Vec<_>>(),
+            ),
         }
+    } else if let Some(schema) = server.schema_of(&target.resource) {
+        let (object, problems) = schema.review(object, old);
+        (object, problems, Vec::new())
+    } else {
+        return Ok((object, Vec::new()));
+    };
+    let errors = field_validation(target, problems, &mut warnings)?;
+    if !errors.is_empty() {
+        return Err(invalid(target, &metadata, &errors));
+    }
+    admitted["metadata"] = metadata;
+    Ok((admitted, warnings))
+}
+/// Applies the request's `fieldValidation` to the unknown fields among
+/// `problems` (already pruned); returns the other problems.
+fn field_validation(
+    target: &Target,
+    problems: Vec<modelplane_cel::Problem>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<modelplane_cel::Problem>, Failure> {
+    let (unknown, errors): (Vec<_>, Vec<_>) = problems
+        .into_iter()
+        .partition(modelplane_cel::Problem::is_unknown_field);
+    match target.options.field_validation {
+        FieldValidation::Strict if !unknown.is_empty() => {
+            let fields: Vec<&str> = unknown.iter().map(|p| p.message.as_str()).collect();
+            return Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!(
+                    "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
+                    target.resource.version,
+                    fields.join(", "),
+                    kind = target.resource.kind,
+                ),
+            ));
+        }
+        FieldValidation::Warn => warnings.extend(unknown.into_iter().map(|p| p.message)),
+        FieldValidation::Strict | FieldValidation::Ignore => {}
+    }
+    Ok(errors)
+}
+
+/// The 422 of an object that failed admission, naming every cause.
+fn invalid(target: &Target, metadata: &Value, errors: &[modelplane_cel::Problem]) -> Failure {
+    let name = metadata["name"].as_str().unwrap_or_default();
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|e| json!({ "reason": "FieldValueInvalid", "message": e.message, "field": e.path }))
+        .collect();
+    let summary: Vec<String> = errors
+        .iter()
+        .map(|e| {
+            if e.path.is_empty() {
+                e.message.clone()
+            } else {
+                format!("{}: {}", e.path, e.message)
+            }
+        })
+        .collect();
+    Failure {
+        details: Some(
+            json!({ "name": name, "group": target.resource.group, "kind": target.resource.kind, "causes": causes }),
+        ),
+        ..Failure::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!(
+                "{} \"{name}\" is invalid: {}",
+                target.qualified(),
+                summary.join(", ")
+            ),
+        )
     }
 }
 
 /// Adds `Warning` headers, as kubectl prints them.
 fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
     for warning in warnings {
-        let text = format!("299 - \"{}\"", warning.replace('"', "'"));
+        let escaped = warning.replace('\\', "\\\\").replace('"', "\\\"");
+        let text = format!("299 - \"{escaped}\"");
         if let Ok(value) = HeaderValue::from_str(&text) {
             response.headers_mut().append(header::WARNING, value);
         }
@@ -781,7 +1046,9 @@ async fn store_update(
             },
         )
         .await?;
-        spawn_collection(server, &new, false);
+        if !target.options.dry_run {
+            spawn_collection(server, &new, false);
+        }
         return Ok(json_response(StatusCode::OK, &new));
     }
     if deleting && added_finalizer(&old_object, &new) {
@@ -1069,6 +1336,20 @@ async fn delete(
     } else {
         parse_body(body)?
     };
+    // DeleteOptions may ask for a dry run in the body too.
+    let dry_target;
+    let target = if options["dryRun"] == json!(["All"]) && !target.options.dry_run {
+        dry_target = Target {
+            options: WriteOptions {
+                dry_run: true,
+                ..target.options
+            },
+            ..target.clone()
+        };
+        &dry_target
+    } else {
+        target
+    };
     let expected = options["preconditions"]["resourceVersion"]
         .as_str()
         .map(|rv| rv.parse::<Revision>())
@@ -1125,6 +1406,9 @@ async fn delete(
         )
         .await?;
         let deleted = decode(&stored)?;
+        if target.options.dry_run {
+            return Ok(json_response(StatusCode::OK, &deleted));
+        }
         spawn_collection(server, &deleted, orphan);
         if target.resource.plural == "customresourcedefinitions" {
             server.sync_crds();
@@ -1148,7 +1432,7 @@ async fn delete(
         },
     )
     .await?;
-    if foreground {
+    if foreground && !target.options.dry_run {
         tokio::spawn(crate::gc::finish_foreground(
             server.clone(),
             stored.key.clone(),
@@ -1221,10 +1505,12 @@ async fn delete_namespace(
         )
         .await?;
         object = decode(&stored)?;
-        tokio::spawn(crate::namespaces::terminate(
-            server.clone(),
-            name.to_string(),
-        ));
+        if !target.options.dry_run {
+            tokio::spawn(crate::namespaces::terminate(
+                server.clone(),
+                name.to_string(),
+            ));
+        }
     }
     Ok(json_response(StatusCode::OK, &object))
 }
@@ -1452,11 +1738,13 @@ fn watch(
             )
         })?),
     };
+    let slot = WatchSlot::take(&server)?;
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
     // Subscribe before reading anything, so no change falls in between.
     let mut live = server.store.subscribe();
     let prefix = target.list_prefix();
     tokio::spawn(async move {
+        let _slot = slot;
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);
         let initial = from.is_none() || send_initial;
@@ -1541,6 +1829,34 @@ fn watch(
         HeaderValue::from_static("application/json"),
     );
     Ok(response)
+}
+
+/// One of the limited watch slots, given back when dropped.
+struct WatchSlot(Arc<ApiServer>);
+
+impl WatchSlot {
+    fn take(server: &Arc<ApiServer>) -> Result<WatchSlot, Failure> {
+        use std::sync::atomic::Ordering;
+        let open = server.watches.fetch_add(1, Ordering::AcqRel);
+        let slot = WatchSlot(server.clone());
+        let limit = server.watch_limit.load(Ordering::Relaxed);
+        if open >= limit {
+            return Err(Failure::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "TooManyRequests",
+                format!("too many open watches (at most {limit}); close some and retry"),
+            ));
+        }
+        Ok(slot)
+    }
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        self.0
+            .watches
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 fn render_event(event: &Event, filter: &Filter) -> Option<Bytes> {

@@ -29,6 +29,17 @@ impl Fixture {
     }
 
     async fn call(&self, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let (status, _, body) = self.send(method, uri, body).await;
+        (status, body)
+    }
+
+    /// Like [`Fixture::call`], with the response's `Warning` headers.
+    async fn send(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Vec<String>, Value) {
         let request = Request::builder()
             .method(method.clone())
             .uri(uri)
@@ -47,6 +58,12 @@ impl Fixture {
             .await
             .expect("response");
         let status = response.status();
+        let warnings = response
+            .headers()
+            .get_all("warning")
+            .iter()
+            .map(|v| v.to_str().unwrap_or_default().to_string())
+            .collect();
         let bytes = response
             .into_body()
             .collect()
@@ -55,6 +72,7 @@ impl Fixture {
             .to_bytes();
         (
             status,
+            warnings,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         )
     }
@@ -797,4 +815,261 @@ async fn namespaces_must_exist_and_take_their_contents_when_deleted() {
     )
     .await;
     eventually(&f, "/api/v1/namespaces/team", StatusCode::NOT_FOUND).await;
+}
+
+/// A CRD of some other project: a schema with a minimum, a default, a CEL
+/// rule and a transition rule.
+fn gadget_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": { "name": "gadgets.example.com" },
+        "spec": { "group": "example.com", "scope": "Namespaced",
+            "names": { "plural": "gadgets", "singular": "gadget", "kind": "Gadget" },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object", "properties": {
+                    "spec": { "type": "object",
+                        "x-kubernetes-validations": [
+                            { "rule": "self.replicas <= 10", "message": "at most 10 replicas" },
+                            { "rule": "self.size == oldSelf.size", "message": "size is immutable" },
+                        ],
+                        "properties": {
+                            "replicas": { "type": "integer", "minimum": 1 },
+                            "size": { "type": "string", "default": "small" },
+                        } },
+                } } } }] },
+    })
+}
+
+fn gadget(name: &str, spec: Value) -> Value {
+    json!({ "apiVersion": "example.com/v1", "kind": "Gadget", "metadata": { "name": name }, "spec": spec })
+}
+
+#[tokio::test]
+async fn other_crds_get_pruning_defaults_openapi_and_cel_with_field_validation() {
+    let f = Fixture::new();
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    assert_eq!(
+        f.call(Method::POST, crds, Some(gadget_crd())).await.0,
+        StatusCode::CREATED
+    );
+    let gadgets = "/apis/example.com/v1/namespaces/ns/gadgets";
+
+    // Warn (the default): pruned, defaulted, and a warning names the field.
+    let (status, warnings, created) = f
+        .send(
+            Method::POST,
+            gadgets,
+            Some(gadget("a", json!({ "replicas": 2, "colour": "red" }))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["spec"], json!({ "replicas": 2, "size": "small" }));
+    assert_eq!(warnings, vec![r#"299 - "unknown field \"spec.colour\"""#]);
+
+    // Ignore: pruned silently. Strict: refused before anything else.
+    let (status, warnings, _) = f
+        .send(
+            Method::POST,
+            &format!("{gadgets}?fieldValidation=Ignore"),
+            Some(gadget("b", json!({ "replicas": 2, "colour": "red" }))),
+        )
+        .await;
+    assert_eq!((status, warnings.len()), (StatusCode::CREATED, 0));
+    let (status, strict) = f
+        .call(
+            Method::POST,
+            &format!("{gadgets}?fieldValidation=Strict"),
+            Some(gadget("c", json!({ "replicas": 0, "colour": "red" }))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        strict["message"],
+        r#"Gadget in version "v1" cannot be handled as a Gadget: strict decoding error: unknown field "spec.colour""#
+    );
+    let (status, bad) = f
+        .call(
+            Method::POST,
+            &format!("{gadgets}?fieldValidation=Sometimes"),
+            Some(gadget("c", json!({}))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+
+    // OpenAPI constraints and CEL rules: 422 in the API server's words.
+    let (status, invalid) = f
+        .call(
+            Method::POST,
+            gadgets,
+            Some(gadget("w1", json!({ "replicas": -1 }))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        invalid["message"],
+        r#"gadgets.example.com "w1" is invalid: spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 1"#
+    );
+    assert_eq!(invalid["details"]["causes"][0]["field"], "spec.replicas");
+    let (status, invalid) = f
+        .call(
+            Method::POST,
+            gadgets,
+            Some(gadget("w2", json!({ "replicas": 11 }))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        invalid["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("at most 10 replicas"),
+        "{invalid}"
+    );
+
+    // Transition rules see the stored object.
+    let (status, immutable) = f
+        .call(
+            Method::PATCH,
+            &format!("{gadgets}/a"),
+            Some(json!({ "spec": { "size": "large" } })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        immutable["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("size is immutable"),
+        "{immutable}"
+    );
+    let (status, _) = f
+        .call(
+            Method::PATCH,
+            &format!("{gadgets}/a"),
+            Some(json!({ "spec": { "replicas": 3 } })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn dry_run_checks_everything_and_stores_nothing() {
+    let f = Fixture::new();
+    let cms = "/api/v1/namespaces/ns/configmaps";
+    let (_, created) = f.call(Method::POST, cms, Some(cm("kept", json!({})))).await;
+    let revision = f.server.store().revision().expect("revision");
+
+    let (status, dry) = f
+        .call(
+            Method::POST,
+            &format!("{cms}?dryRun=All"),
+            Some(cm("ghost", json!({}))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(dry["metadata"]["name"], "ghost");
+    assert_eq!(
+        f.call(Method::GET, &format!("{cms}/ghost"), None).await.0,
+        StatusCode::NOT_FOUND
+    );
+    // Conflicts still show.
+    let (status, _) = f
+        .call(
+            Method::POST,
+            &format!("{cms}?dryRun=All"),
+            Some(cm("kept", json!({}))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT);
+
+    let (status, patched) = f
+        .call(
+            Method::PATCH,
+            &format!("{cms}/kept?dryRun=All"),
+            Some(json!({ "metadata": { "labels": { "dry": "yes" } } })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(patched["metadata"]["labels"]["dry"], "yes");
+    let (_, stored) = f.call(Method::GET, &format!("{cms}/kept"), None).await;
+    assert_eq!(stored, created, "the dry-run patch changed nothing");
+
+    let (status, _) = f
+        .call(
+            Method::DELETE,
+            &format!("{cms}/kept"),
+            Some(json!({ "kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"] })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        f.call(Method::GET, &format!("{cms}/kept"), None).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        f.server.store().revision().expect("revision"),
+        revision,
+        "no revision spent"
+    );
+
+    let (status, _) = f
+        .call(
+            Method::POST,
+            &format!("{cms}?dryRun=Some"),
+            Some(cm("x", json!({}))),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn watches_beyond_the_limit_get_429_until_one_closes() {
+    let f = Fixture::new();
+    f.server.limit_watches(2);
+    let uri = "/api/v1/namespaces/ns/configmaps?watch=true&timeoutSeconds=30";
+    let open = |f: &Fixture| {
+        let request = Request::builder()
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request");
+        router(f.server.clone()).oneshot(request)
+    };
+    let first = open(&f).await.expect("first");
+    let second = open(&f).await.expect("second");
+    assert_eq!(
+        (first.status(), second.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    let (status, refused) = f.call(Method::GET, uri, None).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused["reason"], "TooManyRequests");
+    // Closing a watch frees its slot.
+    drop(first);
+    let mut reopened = StatusCode::TOO_MANY_REQUESTS;
+    for _ in 0..50 {
+        let response = open(&f).await.expect("again");
+        reopened = response.status();
+        if reopened == StatusCode::OK {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(reopened, StatusCode::OK);
+    drop(second);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_get_a_413_status() {
+    let f = Fixture::new();
+    let big = "x".repeat(modelplane_apiserver::http::MAX_BODY + 1);
+    let (status, refused) = f
+        .call(
+            Method::POST,
+            "/api/v1/namespaces/ns/configmaps",
+            Some(json!({ "metadata": { "name": "big" }, "data": { "k": big } })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(refused["kind"], "Status");
+    assert_eq!(refused["reason"], "RequestEntityTooLarge");
 }

@@ -417,3 +417,30 @@ async fn over_tcp_and_tls_with_the_kubeconfig_it_writes() {
     assert!(matches!(api.get("tcp").await, Err(kube::Error::Api(e)) if e.code == 401));
     server.abort();
 }
+
+#[tokio::test]
+async fn aggregated_and_legacy_discovery_find_the_same_kinds() {
+    let (_dir, _server, client) = client();
+    let aggregated = kube::Discovery::new(client.clone())
+        .run_aggregated()
+        .await
+        .expect("aggregated discovery");
+    let legacy = kube::Discovery::new(client)
+        .run()
+        .await
+        .expect("legacy discovery");
+    for discovery in [&aggregated, &legacy] {
+        let (cm, caps) = discovery
+            .resolve_gvk(&kube::api::GroupVersionKind::gvk("", "v1", "ConfigMap"))
+            .expect("ConfigMap discovered");
+        assert_eq!(cm.plural, "configmaps");
+        assert_eq!(caps.scope, kube::discovery::Scope::Namespaced);
+        assert!(discovery.has_group("apps") && discovery.has_group("coordination.k8s.io"));
+    }
+    let groups = |d: &kube::Discovery| {
+        let mut names: Vec<String> = d.groups().map(|g| g.name().to_string()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(groups(&aggregated), groups(&legacy));
+}

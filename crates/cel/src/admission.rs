@@ -130,44 +130,11 @@ impl Admission {
         self.check(compiled, object, old)
     }
 
-    fn check(&self, compiled: &CompiledKind, mut object: Value, old: Option<&Value>) -> Review {
+    fn check(&self, compiled: &CompiledKind, object: Value, old: Option<&Value>) -> Review {
         let info = compiled.info;
         let mut errors: Vec<Problem> = metadata_problems(info, &object);
-        let metadata = take_metadata(&mut object);
-        let schema_errors = structural::admit(&compiled.schema, &mut object, "");
-        let blocking = schema_errors
-            .iter()
-            .find(|e| matches!(e.error, ErrorType::WrongType { .. }))
-            .map(|e| e.path.clone());
-        errors.extend(schema_errors.into_iter().map(Problem::from));
-        let old = old.map(|o| {
-            let mut o = o.clone();
-            take_metadata(&mut o);
-            structural::admit(&compiled.schema, &mut o, "");
-            o
-        });
-        // CEL rules see the object as the API server would: pruned and defaulted.
-        // Like the API server, they do not run past a value of the wrong type.
-        if let Some(path) = blocking {
-            errors.push(Problem {
-                path,
-                message: "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
-            });
-        } else {
-            errors.extend(
-                compiled
-                    .rules
-                    .evaluate(&object, old.as_ref())
-                    .into_iter()
-                    .map(|f| Problem {
-                        path: f.path,
-                        message: format!("Invalid value: \"{}\": {}", f.value_type, f.message),
-                    }),
-            );
-        }
-        if let (Some(metadata), Value::Object(map)) = (metadata, &mut object) {
-            map.insert("metadata".into(), metadata);
-        }
+        let (object, problems) = admit_to_schema(&compiled.schema, &compiled.rules, object, old);
+        errors.extend(problems);
         let warnings = validation::warnings(info.kind, &object);
         Review::Checked {
             kind: info.kind,
@@ -181,6 +148,94 @@ impl Admission {
             warnings,
         }
     }
+}
+
+impl Problem {
+    /// Whether this is a field the schema does not declare (pruned); the API
+    /// server's `fieldValidation` decides whether that rejects the object.
+    pub fn is_unknown_field(&self) -> bool {
+        self.message.starts_with("unknown field ")
+    }
+}
+
+/// Admission of the kind one version of some other CRD defines: its
+/// structural schema (pruning, defaulting, OpenAPI constraints) and its
+/// `x-kubernetes-validations`, transition rules included.
+pub struct SchemaAdmission {
+    schema: Value,
+    rules: RuleSet,
+}
+
+impl std::fmt::Debug for SchemaAdmission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchemaAdmission").finish_non_exhaustive()
+    }
+}
+
+impl SchemaAdmission {
+    /// Compiles an `openAPIV3Schema` once. `apiVersion` and `kind` are
+    /// always kept, as the API server keeps them whatever the schema says.
+    pub fn compile(mut schema: Value) -> Self {
+        if let Some(properties) = schema.get_mut("properties").and_then(Value::as_object_mut) {
+            for field in ["apiVersion", "kind"] {
+                properties
+                    .entry(field)
+                    .or_insert_with(|| serde_json::json!({ "type": "string" }));
+            }
+        }
+        let rules = RuleSet::compile(&schema);
+        SchemaAdmission { schema, rules }
+    }
+
+    /// The object pruned and defaulted, and every problem with it.
+    pub fn review(&self, object: Value, old: Option<&Value>) -> (Value, Vec<Problem>) {
+        admit_to_schema(&self.schema, &self.rules, object, old)
+    }
+}
+
+/// Everything below `metadata` against one schema: pruning, defaulting and
+/// OpenAPI constraints, then the CEL rules on the result.
+fn admit_to_schema(
+    schema: &Value,
+    rules: &RuleSet,
+    mut object: Value,
+    old: Option<&Value>,
+) -> (Value, Vec<Problem>) {
+    let metadata = take_metadata(&mut object);
+    let schema_errors = structural::admit(schema, &mut object, "");
+    let blocking = schema_errors
+        .iter()
+        .find(|e| matches!(e.error, ErrorType::WrongType { .. }))
+        .map(|e| e.path.clone());
+    let mut errors: Vec<Problem> = schema_errors.into_iter().map(Problem::from).collect();
+    let old = old.map(|o| {
+        let mut o = o.clone();
+        take_metadata(&mut o);
+        structural::admit(schema, &mut o, "");
+        o
+    });
+    // CEL rules see the object as the API server would: pruned and defaulted.
+    // Like the API server, they do not run past a value of the wrong type.
+    if let Some(path) = blocking {
+        errors.push(Problem {
+            path,
+            message: "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+        });
+    } else {
+        errors.extend(
+            rules
+                .evaluate(&object, old.as_ref())
+                .into_iter()
+                .map(|f| Problem {
+                    path: f.path,
+                    message: format!("Invalid value: \"{}\": {}", f.value_type, f.message),
+                }),
+        );
+    }
+    if let (Some(metadata), Value::Object(map)) = (metadata, &mut object) {
+        map.insert("metadata".into(), metadata);
+    }
+    (object, errors)
 }
 
 fn identity_problem(object: Value, api_version: &str, kind: &str) -> Review {

@@ -11,4 +11,4 @@ pub mod quantity;
 pub mod rules;
 pub mod semver;
 
-pub use admission::{Admission, Problem, Review};
+pub use admission::{Admission, Problem, Review, SchemaAdmission};

@@ -481,4 +481,46 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
         err.contains("stack is immutable; create a new InferenceCluster to change stacks"),
         "{err}"
     );
+
+    // Unknown fields: kubectl asks for strict field validation.
+    let manifest = dir.path().join("unknown-field.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: modelplane.ai/v1alpha1\nkind: ModelService\nmetadata:\n  name: typo\n  namespace: ml-team\nspec:\n  endpointz: []\n",
+    )
+    .expect("manifest");
+    let (ok, _, err) = server.kubectl(&cache, &["apply", "-f", manifest.to_str().expect("path")]);
+    assert!(!ok);
+    assert!(
+        err.contains(r#"strict decoding error: unknown field "spec.endpointz""#),
+        "{err}"
+    );
+
+    // A server-side dry run admits the change and stores nothing.
+    let (ok, out, err) = server.kubectl(
+        &cache,
+        &[
+            "scale",
+            "md/qwen3-8b",
+            "-n",
+            "ml-team",
+            "--replicas=2",
+            "--dry-run=server",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("(server dry run)"), "{out}");
+    let (_, out, _) = server.kubectl(
+        &cache,
+        &[
+            "get",
+            "md",
+            "qwen3-8b",
+            "-n",
+            "ml-team",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    );
+    assert_eq!(out, "6");
 }
