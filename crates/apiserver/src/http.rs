@@ -610,7 +610,7 @@ async fn handle(
             (&Method::GET, None)
                 if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
             {
-                watch(server.clone(), target, &query)
+                watch(server.clone(), target, &query, shape(&headers))
             }
             (&Method::GET, None) => list(&server, &target, &query, &headers).await,
             (&Method::POST, None) => create(&server, &target, &body).await,
@@ -688,11 +688,40 @@ async fn read(server: &Arc<ApiServer>, target: &Target, name: &str) -> Result<St
         .ok_or_else(|| target.not_found(name))
 }
 
-fn wants_table(headers: &axum::http::HeaderMap) -> bool {
-    headers
+/// The form a read asks for in its `Accept` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shape {
+    /// The objects themselves.
+    Full,
+    /// A `Table` (kubectl get).
+    Table,
+    /// `PartialObjectMetadata`: metadata only (`Api::get_metadata`,
+    /// `metadata_watcher`).
+    Metadata,
+}
+
+fn shape(headers: &axum::http::HeaderMap) -> Shape {
+    let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(crate::table::wanted)
+        .unwrap_or_default();
+    if crate::table::wanted(accept) {
+        return Shape::Table;
+    }
+    let first = accept.split(',').next().unwrap_or_default();
+    if first
+        .split(';')
+        .any(|p| p.trim().starts_with("as=PartialObjectMetadata"))
+    {
+        Shape::Metadata
+    } else {
+        Shape::Full
+    }
+}
+
+/// An object reduced to its metadata, as `PartialObjectMetadata`.
+fn metadata_only(object: &Value) -> Value {
+    json!({ "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"] })
 }
 
 async fn get(
@@ -703,11 +732,15 @@ async fn get(
 ) -> Result<Response, Failure> {
     let stored = read(server, target, name).await?;
     let object = decode(&stored)?;
-    if wants_table(headers) && !target.status {
-        let table = crate::table::table(&target.resource, &[object], &stored.revision.to_string());
-        return Ok(json_response(StatusCode::OK, &table));
+    match shape(headers) {
+        Shape::Table if !target.status => {
+            let table =
+                crate::table::table(&target.resource, &[object], &stored.revision.to_string());
+            Ok(json_response(StatusCode::OK, &table))
+        }
+        Shape::Metadata => Ok(json_response(StatusCode::OK, &metadata_only(&object))),
+        _ => Ok(json_response(StatusCode::OK, &object)),
     }
-    Ok(json_response(StatusCode::OK, &object))
 }
 
 async fn write(
@@ -1593,7 +1626,8 @@ async fn list(
         None => None,
     };
     let prefix = target.list_prefix();
-    if filter.is_empty() && !wants_table(headers) && limit.is_none() && start.is_none() {
+    let shape = shape(headers);
+    if filter.is_empty() && shape == Shape::Full && limit.is_none() && start.is_none() {
         return list_raw(server, target, prefix).await;
     }
     let s = server.clone();
@@ -1635,10 +1669,20 @@ async fn list(
     if let Some(last) = more {
         metadata["continue"] = json!(continue_token(revision, &last));
     }
-    if wants_table(headers) {
-        let mut table = crate::table::table(&target.resource, &items, &revision.to_string());
-        table["metadata"] = metadata;
-        return Ok(json_response(StatusCode::OK, &table));
+    match shape {
+        Shape::Table => {
+            let mut table = crate::table::table(&target.resource, &items, &revision.to_string());
+            table["metadata"] = metadata;
+            return Ok(json_response(StatusCode::OK, &table));
+        }
+        Shape::Metadata => {
+            let items: Vec<Value> = items.iter().map(metadata_only).collect();
+            return Ok(json_response(
+                StatusCode::OK,
+                &json!({ "kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "items": items }),
+            ));
+        }
+        Shape::Full => {}
     }
     Ok(json_response(
         StatusCode::OK,
@@ -1718,8 +1762,10 @@ fn watch(
     server: Arc<ApiServer>,
     target: Target,
     query: &BTreeMap<String, String>,
+    shape: Shape,
 ) -> Result<Response, Failure> {
     let filter = Filter::from_query(query)?;
+    let metadata = shape == Shape::Metadata;
     let timeout = query
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
@@ -1779,7 +1825,7 @@ fn watch(
         };
         for event in &backlog {
             seen = seen.max(event.revision);
-            if let Some(line) = render_event(event, &filter)
+            if let Some(line) = render_event(event, &filter, metadata)
                 && tx.send(line).await.is_err()
             {
                 return;
@@ -1803,7 +1849,7 @@ fn watch(
                             continue;
                         }
                         seen = event.revision;
-                        if let Some(line) = render_event(&event, &filter)
+                        if let Some(line) = render_event(&event, &filter, metadata)
                             && tx.send(line).await.is_err()
                         {
                             return;
@@ -1859,7 +1905,7 @@ impl Drop for WatchSlot {
     }
 }
 
-fn render_event(event: &Event, filter: &Filter) -> Option<Bytes> {
+fn render_event(event: &Event, filter: &Filter, metadata: bool) -> Option<Bytes> {
     let mut object: Value = serde_json::from_slice(&event.value).ok()?;
     set_resource_version(&mut object, event.revision);
     if !filter.matches(&object) {
@@ -1870,6 +1916,9 @@ fn render_event(event: &Event, filter: &Filter) -> Option<Bytes> {
         EventKind::Modified => "MODIFIED",
         EventKind::Deleted => "DELETED",
     };
+    if metadata {
+        return Some(event_line(kind, &metadata_only(&object)));
+    }
     Some(event_line(kind, &object))
 }
 

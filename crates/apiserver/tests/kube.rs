@@ -444,3 +444,45 @@ async fn aggregated_and_legacy_discovery_find_the_same_kinds() {
     };
     assert_eq!(groups(&aggregated), groups(&legacy));
 }
+
+#[tokio::test]
+async fn metadata_only_reads_and_watches() {
+    let (_dir, _server, client) = client();
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    api.create(&PostParams::default(), &cm("meta"))
+        .await
+        .expect("create");
+    let got = api.get_metadata("meta").await.expect("get_metadata");
+    assert_eq!(got.name_any(), "meta");
+    assert_eq!(
+        got.types.as_ref().map(|t| t.kind.as_str()),
+        Some("PartialObjectMetadata")
+    );
+    let listed = api
+        .list_metadata(&ListParams::default())
+        .await
+        .expect("list_metadata");
+    assert_eq!(listed.items.len(), 1);
+    assert!(listed.metadata.resource_version.is_some());
+
+    let metadata: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::default_namespaced(api.clone().into_client());
+    let mut stream = watcher(metadata, watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("in time")
+        .expect("event")
+        .expect("object");
+    assert_eq!(first.name_any(), "meta");
+    api.create(&PostParams::default(), &cm("meta2"))
+        .await
+        .expect("create");
+    let second = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("in time")
+        .expect("event")
+        .expect("object");
+    assert_eq!(second.name_any(), "meta2");
+}
