@@ -3,8 +3,11 @@
 
 mod apiserver;
 mod crds;
+mod engine_sim;
 mod fleet;
+mod gateway;
 mod inputs;
+mod logging;
 mod output;
 mod platform;
 mod providers;
@@ -54,6 +57,10 @@ enum Command {
     Recipes(recipes::RecipesArgs),
     /// Serve the embedded Kubernetes-compatible API server.
     Apiserver(apiserver::ApiserverArgs),
+    /// Serve the fleet gateway: one OpenAI-compatible endpoint for every model.
+    Gateway(gateway::GatewayArgs),
+    /// Serve a fake OpenAI-compatible engine (for tests, benchmarks and demos).
+    EngineSim(engine_sim::EngineSimArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +80,8 @@ fn main() -> ExitCode {
         Command::Crds(args) => report(crds::run(&args)),
         Command::Recipes(args) => report(recipes::run(&args)),
         Command::Apiserver(args) => report(apiserver::run(&args)),
+        Command::Gateway(args) => report(gateway::run(&args)),
+        Command::EngineSim(args) => report(engine_sim::run(&args)),
         Command::Providers(args) => match providers::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

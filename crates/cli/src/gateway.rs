@@ -1,0 +1,128 @@
+//! `modelplane gateway`: the fleet gateway, routing by ModelServices,
+//! ModelEndpoints and Secrets read from files (reloaded when they change).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use modelplane_gateway::proxy::{Gateway, GatewayConfig};
+
+/// Arguments of `modelplane gateway`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Serves one OpenAI-compatible endpoint in front of every ModelEndpoint the ModelServices \
+select:
+  /<namespace>/<service>/…   the service's endpoints, each request's path below the prefix \
+rewritten to the endpoint's rewritePath
+  /v1/…                      the service named by the body's `model` (a service name, \
+`namespace/name`, or the name of the ModelDeployment behind its endpoints)
+  GET /v1/models             what the caller may route to
+  /healthz /readyz /metrics  liveness, a loaded routing table, Prometheus metrics
+
+Traffic splits across a service's entries by weight, then goes to the less loaded of two \
+random endpoints. Endpoints Modelplane composed (labelled modelplane.ai/deployment) take \
+the traffic while any is healthy; the others (external providers) take over when none is. \
+A request that could not connect is retried on another endpoint; endpoints that fail \
+repeatedly are ejected for a growing time, and /health is probed every few seconds.
+
+API keys: Secrets labelled modelplane.ai/gateway-api-key=true, the key in data `key`; \
+the annotation modelplane.ai/services lists what each may use (`ns/name`, `ns/*`, `*`; \
+its own namespace when absent). With any such Secret, every request needs \
+`Authorization: Bearer KEY`. A ModelEndpoint's spec.auth.secretRef is sent upstream as a \
+bearer token. Keys and tokens are never logged.
+
+Examples:
+  modelplane gateway --config examples/gateway/ --listen 127.0.0.1:8080
+  curl -s localhost:8080/v1/chat/completions -d '{\"model\":\"qwen3-8b\",\"messages\":[]}'")]
+pub struct GatewayArgs {
+    /// Files or directories of ModelServices, ModelEndpoints and Secrets (YAML or JSON).
+    #[arg(long = "config", value_name = "FILE", required = true, num_args = 1..)]
+    config: Vec<PathBuf>,
+    /// Address to listen on.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Largest request body, in bytes (413 beyond).
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
+    max_body: usize,
+    /// Time allowed to connect to an engine, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 2000)]
+    connect_timeout_ms: u64,
+    /// Time allowed for an engine's response head, in seconds (504 beyond).
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    upstream_timeout: u64,
+    /// Seconds between active health checks.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    health_interval: u64,
+    /// How often the config files are checked for changes, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 1000)]
+    reload_interval_ms: u64,
+    /// Worker threads (default: one per core).
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
+    /// Log lines as JSON objects instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+/// Serves until Ctrl-C or SIGTERM, then drains requests in flight.
+pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
+    crate::logging::init(args.log_json);
+    let config = GatewayConfig {
+        max_body: args.max_body,
+        connect_timeout: Duration::from_millis(args.connect_timeout_ms),
+        upstream_timeout: Duration::from_secs(args.upstream_timeout),
+        health_interval: Duration::from_secs(args.health_interval.max(1)),
+        ..GatewayConfig::default()
+    };
+    let objects = modelplane_gateway::config::load(&args.config).context("loading --config")?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.threads {
+        runtime.worker_threads(threads.max(1));
+    }
+    runtime.enable_all().build()?.block_on(async {
+        let gateway = Gateway::new(config).context("building the upstream client")?;
+        for reason in modelplane_gateway::config::publish(&gateway, &objects) {
+            tracing::warn!("left out: {reason}");
+        }
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("listening on {}", args.listen))?;
+        let table = gateway.table();
+        println!(
+            "gateway on http://{}: {} services, {} endpoints, {}",
+            listener.local_addr()?,
+            table.services().len(),
+            table.endpoints().len(),
+            if table.requires_keys() {
+                "API keys required"
+            } else {
+                "no API keys"
+            }
+        );
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let wait = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
+        };
+        tokio::spawn(modelplane_gateway::config::watch(
+            gateway.clone(),
+            args.config.clone(),
+            Duration::from_millis(args.reload_interval_ms.max(50)),
+            wait(),
+        ));
+        tokio::spawn(modelplane_gateway::health::run(gateway.clone(), wait()));
+        let serving =
+            modelplane_gateway::server::serve(listener, gateway, wait(), Duration::from_secs(30));
+        tokio::pin!(serving);
+        tokio::select! {
+            result = &mut serving => return result.map_err(Into::into),
+            () = crate::logging::terminated() => {}
+        }
+        let _ = stop.send(true);
+        serving.await.map_err(Into::into)
+    })
+}
