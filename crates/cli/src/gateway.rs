@@ -34,6 +34,7 @@ its own namespace when absent). With any such Secret, every request needs \
 bearer token. Keys and tokens are never logged.
 
 Examples:
+  modelplane gateway --config examples/gateway/ --check
   modelplane gateway --config examples/gateway/ --listen 127.0.0.1:8080
   curl -s localhost:8080/v1/chat/completions -d '{\"model\":\"qwen3-8b\",\"messages\":[]}'")]
 pub struct GatewayArgs {
@@ -64,6 +65,9 @@ pub struct GatewayArgs {
     /// Log lines as JSON objects instead of text.
     #[arg(long)]
     log_json: bool,
+    /// Print the compiled routing table and exit (1 if anything is left out).
+    #[arg(long)]
+    check: bool,
 }
 
 /// Serves until Ctrl-C or SIGTERM, then drains requests in flight.
@@ -77,6 +81,24 @@ pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
         ..GatewayConfig::default()
     };
     let objects = modelplane_gateway::config::load(&args.config).context("loading --config")?;
+    if args.check {
+        let table = modelplane_gateway::table::Table::compile(
+            modelplane_gateway::table::Inputs {
+                services: &objects.services,
+                endpoints: &objects.endpoints,
+                secrets: &objects.secrets,
+            },
+            None,
+        );
+        print!("{}", serde_saphyr::to_string(&table.describe())?);
+        if !table.skipped.is_empty() {
+            anyhow::bail!(
+                "{} object(s) left out of the routing table",
+                table.skipped.len()
+            );
+        }
+        return Ok(());
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
         runtime.worker_threads(threads.max(1));

@@ -417,6 +417,60 @@ impl Table {
         })
     }
 
+    /// The table as data, for people (`modelplane gateway --check`) and
+    /// golden tests: services with their groups and endpoints, model
+    /// names, API keys by source (never the key), what was left out.
+    pub fn describe(&self) -> serde_json::Value {
+        let endpoint = |e: &Arc<Endpoint>| {
+            let mut out = serde_json::json!({
+                "endpoint": e.id,
+                "upstream": format!("{}://{}", e.scheme, e.authority),
+            });
+            if let Some(rewrite) = &e.rewrite {
+                out["rewritePath"] = rewrite.as_str().into();
+            }
+            if let Some(served) = &e.served_model {
+                out["servedModel"] = served.as_str().into();
+            }
+            if e.bearer.is_some() {
+                out["credential"] = "bearer token from its Secret".into();
+            }
+            out
+        };
+        let groups = |groups: &[Group]| -> Vec<serde_json::Value> {
+            groups
+                .iter()
+                .map(|g| serde_json::json!({ "weight": g.weight, "endpoints": g.endpoints.iter().map(endpoint).collect::<Vec<_>>() }))
+                .collect()
+        };
+        let services: Vec<serde_json::Value> = self
+            .services()
+            .into_iter()
+            .map(|s| {
+                serde_json::json!({
+                    "service": s.id, "prefix": s.prefix,
+                    "composed": groups(&s.self_hosted), "external": groups(&s.external),
+                })
+            })
+            .collect();
+        let models: BTreeMap<&str, Vec<&str>> = self
+            .models
+            .iter()
+            .map(|(name, services)| {
+                (
+                    name.as_str(),
+                    services.iter().map(|s| s.id.as_str()).collect(),
+                )
+            })
+            .collect();
+        let keys: Vec<serde_json::Value> = self
+            .keys
+            .iter()
+            .map(|k| serde_json::json!({ "secret": k.source, "services": k.allowed }))
+            .collect();
+        serde_json::json!({ "services": services, "models": models, "apiKeys": keys, "skipped": self.skipped })
+    }
+
     /// Every endpoint, once each.
     pub fn endpoints(&self) -> Vec<Arc<Endpoint>> {
         let mut seen = std::collections::HashSet::new();
