@@ -397,7 +397,10 @@ async fn generate(engine: Arc<Engine>, ask: Ask, tokens: u32, id: u64, tx: mpsc:
     let mut sent_all = true;
     for i in 0..tokens {
         let due = start + config.time_to_first_token + config.inter_token_latency * i;
-        tokio::time::sleep_until(due).await;
+        // The timer has millisecond ticks: a zero delay must not wait for one.
+        if due > Instant::now() {
+            tokio::time::sleep_until(due).await;
+        }
         let word = word(ask.seed, i);
         if i == 0 {
             m.ttft_micros
