@@ -236,13 +236,21 @@ pub async fn handle(
             e.response()
         }
     };
+    let status = response.status().as_u16();
+    tracing::debug!(
+        service = %ctx.service,
+        endpoint = %ctx.endpoint,
+        status,
+        head_ms = started.elapsed().as_secs_f64() * 1e3,
+        "request"
+    );
     gateway
         .metrics
         .requests
         .get_or_create(&RequestLabels {
             service: ctx.service,
             endpoint: ctx.endpoint,
-            status: response.status().as_u16(),
+            status,
         })
         .inc();
     Ok(response)

@@ -96,7 +96,9 @@ impl Target {
             .header("host", &self.addr)
             .header("content-type", "application/json");
         for header in &self.header {
-            let (name, value) = header.split_once(':').context("--header needs `Name: value`")?;
+            let (name, value) = header
+                .split_once(':')
+                .context("--header needs `Name: value`")?;
             builder = builder.header(name.trim(), value.trim());
         }
         Ok(builder.body(Full::new(body.clone()))?)
@@ -104,9 +106,12 @@ impl Target {
 }
 
 async fn connect(addr: &str) -> anyhow::Result<SendRequest<Full<Bytes>>> {
-    let tcp = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
     tcp.set_nodelay(true)?;
-    let (sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
     tokio::spawn(connection);
     Ok(sender)
 }
@@ -151,10 +156,16 @@ async fn latency(target: Target, requests: usize) -> anyhow::Result<serde_json::
         micros.push(start.elapsed().as_secs_f64() * 1e6);
     }
     micros.sort_by(f64::total_cmp);
-    Ok(json!({ "p50_us": percentile(&micros, 0.5), "p99_us": percentile(&micros, 0.99), "requests": requests }))
+    Ok(
+        json!({ "p50_us": percentile(&micros, 0.5), "p99_us": percentile(&micros, 0.99), "requests": requests }),
+    )
 }
 
-async fn rate(target: Target, concurrency: usize, seconds: f64) -> anyhow::Result<serde_json::Value> {
+async fn rate(
+    target: Target,
+    concurrency: usize,
+    seconds: f64,
+) -> anyhow::Result<serde_json::Value> {
     let body = target.body(false, 1);
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let mut clients = tokio::task::JoinSet::new();
@@ -202,7 +213,9 @@ async fn one_stream(target: &Target, body: &Bytes) -> anyhow::Result<(f64, Vec<f
     let mut pending = Vec::new();
     while let Some(frame) = body.frame().await {
         let frame = frame?;
-        let Some(data) = frame.data_ref() else { continue };
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
         pending.extend_from_slice(data);
         let now = Instant::now();
         // Complete JSON events in this read (`[DONE]` is not a chunk).
@@ -227,7 +240,12 @@ async fn one_stream(target: &Target, body: &Bytes) -> anyhow::Result<(f64, Vec<f
     Ok((first.context("no chunk")?, gaps))
 }
 
-async fn stream(target: Target, concurrency: usize, requests: usize, tokens: u32) -> anyhow::Result<serde_json::Value> {
+async fn stream(
+    target: Target,
+    concurrency: usize,
+    requests: usize,
+    tokens: u32,
+) -> anyhow::Result<serde_json::Value> {
     let body = target.body(true, tokens);
     let mut ttft = Vec::new();
     let mut gaps = Vec::new();
@@ -292,13 +310,28 @@ async fn hold(target: Target, streams: usize, seconds: f64) -> anyhow::Result<se
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let result = runtime.block_on(async {
         match cli.mode {
             Mode::Latency { target, requests } => latency(target, requests).await,
-            Mode::Rate { target, concurrency, seconds } => rate(target, concurrency, seconds).await,
-            Mode::Stream { target, concurrency, requests, tokens } => stream(target, concurrency, requests, tokens).await,
-            Mode::Hold { target, streams, seconds } => hold(target, streams, seconds).await,
+            Mode::Rate {
+                target,
+                concurrency,
+                seconds,
+            } => rate(target, concurrency, seconds).await,
+            Mode::Stream {
+                target,
+                concurrency,
+                requests,
+                tokens,
+            } => stream(target, concurrency, requests, tokens).await,
+            Mode::Hold {
+                target,
+                streams,
+                seconds,
+            } => hold(target, streams, seconds).await,
         }
     })?;
     println!("{result}");
