@@ -300,6 +300,11 @@ async fn route(
     if path == "/v1/models" && req.method() == Method::GET {
         return Ok(models(&table, &allowed));
     }
+    if let Some(id) = path.strip_prefix("/v1/models/")
+        && req.method() == Method::GET
+    {
+        return model(&table, &allowed, id);
+    }
     if path.starts_with("/v1/") {
         let (parts, body) = req.into_parts();
         let body = read_body(gateway, &parts.headers, body).await?;
@@ -515,6 +520,31 @@ fn models(table: &Table, allowed: &impl Fn(&str) -> bool) -> Response<GatewayBod
         HeaderValue::from_static("application/json"),
     );
     response
+}
+
+/// `GET /v1/models/{id}`: one of the names `/v1/models` lists.
+fn model(
+    table: &Table,
+    allowed: &impl Fn(&str) -> bool,
+    id: &str,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    let found = table
+        .model_names(allowed)
+        .into_iter()
+        .find(|(name, _)| name == id);
+    let Some((name, service)) = found else {
+        return Err(GatewayError::new(
+            ErrorKind::ModelNotFound,
+            format!("The model `{id}` does not exist or you do not have access to it."),
+        ));
+    };
+    let body = json!({ "id": name, "object": "model", "created": 0, "owned_by": service.id });
+    let mut response = Response::new(GatewayBody::full(body.to_string()));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
 }
 
 fn text(status: StatusCode, body: &str) -> Response<GatewayBody> {

@@ -362,6 +362,15 @@ async fn requests_route_by_service_name_namespace_and_served_name() {
         .filter_map(|m| m["id"].as_str())
         .collect();
     assert_eq!(ids, vec!["llama", "ml/qwen", "research/qwen"]);
+    let (status, one) = harness.send("GET", "/v1/models/llama", "", &[]).await;
+    assert_eq!(
+        (status, one["owned_by"].as_str()),
+        (StatusCode::OK, Some("ml/llama"))
+    );
+    assert_eq!(
+        harness.send("GET", "/v1/models/qwen", "", &[]).await.0,
+        StatusCode::NOT_FOUND
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
