@@ -85,6 +85,7 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
 pub struct Gateway {
     table: RwLock<Arc<Table>>,
     loaded: std::sync::atomic::AtomicBool,
+    publishes: std::sync::atomic::AtomicU64,
     client: Client<Connector, UpstreamBody>,
     metrics: Metrics,
     config: GatewayConfig,
@@ -114,6 +115,7 @@ impl Gateway {
         Ok(Arc::new(Gateway {
             table: RwLock::new(Arc::new(Table::default())),
             loaded: std::sync::atomic::AtomicBool::new(false),
+            publishes: std::sync::atomic::AtomicU64::new(0),
             client,
             metrics: Metrics::default(),
             config,
@@ -133,6 +135,12 @@ impl Gateway {
             *current = Arc::new(table);
         }
         self.loaded.store(true, Ordering::Release);
+        self.publishes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many tables have been published.
+    pub fn publishes(&self) -> u64 {
+        self.publishes.load(Ordering::Relaxed)
     }
 
     /// Its metrics.

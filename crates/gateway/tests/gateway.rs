@@ -562,6 +562,14 @@ async fn a_reload_under_load_moves_traffic_without_failing_a_request() {
             let _ = wait.wait_for(|s| *s).await;
         },
     ));
+    // Files that do not change publish nothing.
+    let published = harness.gateway.publishes();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        harness.gateway.publishes(),
+        published,
+        "an unchanged file was republished"
+    );
     let run = tokio::spawn({
         let harness = harness.clone();
         async move { load_run(&harness, "m", 3000, 8).await }
@@ -584,6 +592,11 @@ async fn a_reload_under_load_moves_traffic_without_failing_a_request() {
     );
     assert!(served(&new) > 0, "traffic moved to the new endpoint");
     assert_eq!(served(&old) + served(&new), 3000);
+    assert_eq!(
+        harness.gateway.publishes(),
+        published + 1,
+        "one change, one publish"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
