@@ -486,3 +486,63 @@ async fn metadata_only_reads_and_watches() {
         .expect("object");
     assert_eq!(second.name_any(), "meta2");
 }
+
+#[tokio::test]
+async fn status_and_scale_subresources_through_their_api_calls() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let (_dir, _server, client) = client();
+    let api: Api<Deployment> = Api::default_namespaced(client);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "web" } },
+                  "template": { "metadata": { "labels": { "app": "web" } },
+                                "spec": { "containers": [{ "name": "c", "image": "nginx" }] } } },
+    }))
+    .expect("deployment");
+    api.create(&PostParams::default(), &deployment)
+        .await
+        .expect("create");
+
+    // Scale: read, patch, replace; the parent's spec.replicas follows.
+    let scale = api.get_scale("web").await.expect("get_scale");
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
+    api.patch_scale(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "spec": { "replicas": 3 } })),
+    )
+    .await
+    .expect("patch_scale");
+    assert_eq!(
+        api.get("web").await.expect("get").spec.and_then(|s| s.replicas),
+        Some(3)
+    );
+    let mut scale = api.get_scale("web").await.expect("get_scale");
+    scale.spec.get_or_insert_default().replicas = Some(5);
+    api.replace_scale(
+        "web",
+        &PostParams::default(),
+        serde_json::to_vec(&scale).expect("scale"),
+    )
+    .await
+    .expect("replace_scale");
+    assert_eq!(
+        api.get("web").await.expect("get").spec.and_then(|s| s.replicas),
+        Some(5)
+    );
+
+    // Status: replace_status writes only the status; the spec stays.
+    let mut current = api.get_status("web").await.expect("get_status");
+    current.status = Some(serde_json::from_value(json!({ "readyReplicas": 2 })).expect("status"));
+    current.spec.get_or_insert_default().replicas = Some(9);
+    let written = api
+        .replace_status(
+            "web",
+            &PostParams::default(),
+            serde_json::to_vec(&current).expect("deployment"),
+        )
+        .await
+        .expect("replace_status");
+    assert_eq!(written.status.and_then(|s| s.ready_replicas), Some(2));
+    assert_eq!(written.spec.and_then(|s| s.replicas), Some(5), "status writes ignore the spec");
+}
