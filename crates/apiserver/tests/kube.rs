@@ -514,20 +514,24 @@ async fn status_and_scale_subresources_through_their_api_calls() {
     .await
     .expect("patch_scale");
     assert_eq!(
-        api.get("web").await.expect("get").spec.and_then(|s| s.replicas),
+        api.get("web")
+            .await
+            .expect("get")
+            .spec
+            .and_then(|s| s.replicas),
         Some(3)
     );
     let mut scale = api.get_scale("web").await.expect("get_scale");
     scale.spec.get_or_insert_default().replicas = Some(5);
-    api.replace_scale(
-        "web",
-        &PostParams::default(),
-        serde_json::to_vec(&scale).expect("scale"),
-    )
-    .await
-    .expect("replace_scale");
+    api.replace_scale("web", &PostParams::default(), &scale)
+        .await
+        .expect("replace_scale");
     assert_eq!(
-        api.get("web").await.expect("get").spec.and_then(|s| s.replicas),
+        api.get("web")
+            .await
+            .expect("get")
+            .spec
+            .and_then(|s| s.replicas),
         Some(5)
     );
 
@@ -536,13 +540,13 @@ async fn status_and_scale_subresources_through_their_api_calls() {
     current.status = Some(serde_json::from_value(json!({ "readyReplicas": 2 })).expect("status"));
     current.spec.get_or_insert_default().replicas = Some(9);
     let written = api
-        .replace_status(
-            "web",
-            &PostParams::default(),
-            serde_json::to_vec(&current).expect("deployment"),
-        )
+        .replace_status("web", &PostParams::default(), &current)
         .await
         .expect("replace_status");
     assert_eq!(written.status.and_then(|s| s.ready_replicas), Some(2));
-    assert_eq!(written.spec.and_then(|s| s.replicas), Some(5), "status writes ignore the spec");
+    assert_eq!(
+        written.spec.and_then(|s| s.replicas),
+        Some(5),
+        "status writes ignore the spec"
+    );
 }
