@@ -464,6 +464,7 @@ async fn read_body(
 }
 
 /// The `model` of a `/v1` body, and where its value sits in the body.
+#[derive(Debug, PartialEq, Eq)]
 struct ModelField {
     name: String,
     range: std::ops::Range<usize>,
@@ -768,16 +769,21 @@ fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
         {
             return true;
         }
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && matches!(
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            if matches!(
                 io.kind(),
                 std::io::ErrorKind::ConnectionReset
                     | std::io::ErrorKind::ConnectionAborted
                     | std::io::ErrorKind::BrokenPipe
                     | std::io::ErrorKind::UnexpectedEof
-            )
-        {
-            return true;
+            ) {
+                return true;
+            }
+            // An io::Error's `source` skips the error it wraps: look at it.
+            if let Some(inner) = io.get_ref() {
+                source = Some(inner as &(dyn std::error::Error + 'static));
+                continue;
+            }
         }
         source = err.source();
     }
@@ -1071,6 +1077,89 @@ impl Drop for Tracked {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::EndpointState;
+
+    fn endpoint(rewrite: Option<&str>, served: Option<&str>) -> Endpoint {
+        Endpoint {
+            id: "ml/e".into(),
+            scheme: http::uri::Scheme::HTTP,
+            authority: "127.0.0.1:1".parse().expect("authority"),
+            rewrite: rewrite.map(str::to_string),
+            bearer: None,
+            served_model: served.map(str::to_string),
+            external: false,
+            state: Arc::new(EndpointState::default()),
+        }
+    }
+
+    fn service() -> Service {
+        Service {
+            id: "ml/qwen".into(),
+            prefix: "/ml/qwen/".into(),
+            self_hosted: Vec::new(),
+            external: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn rewrites_replace_the_prefix_and_no_rewrite_keeps_it() {
+        let s = service();
+        let rel = "v1/chat/completions?x=1";
+        assert_eq!(
+            upstream_path(&s, &endpoint(Some("/"), None), rel),
+            "/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            upstream_path(&s, &endpoint(Some("/ml/replica-0/"), None), rel),
+            "/ml/replica-0/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            upstream_path(&s, &endpoint(Some("/openai"), None), rel),
+            "/openai/v1/chat/completions?x=1"
+        );
+        assert_eq!(
+            upstream_path(&s, &endpoint(None, None), rel),
+            "/ml/qwen/v1/chat/completions?x=1"
+        );
+    }
+
+    #[test]
+    fn the_model_is_renamed_only_where_the_engine_needs_it() {
+        let s = service();
+        assert_eq!(
+            model_for(&endpoint(None, Some("qwen-7b")), &s, "qwen"),
+            "qwen-7b"
+        );
+        assert_eq!(model_for(&endpoint(None, None), &s, "ml/qwen"), "qwen");
+        assert_eq!(model_for(&endpoint(None, None), &s, "qwen"), "qwen");
+        let body = Bytes::from_static(br#"{"stream":true,"model":"ml/qwen","messages":[]}"#);
+        let field = model_of(&body).expect("model");
+        assert_eq!(field.name, "ml/qwen");
+        assert_eq!(
+            with_model(&body, &field, "qwen"),
+            Bytes::from_static(br#"{"stream":true,"model":"qwen","messages":[]}"#)
+        );
+        assert_eq!(
+            model_of(b"{}").map_err(|e| e.kind),
+            Err(ErrorKind::MissingModel)
+        );
+        assert_eq!(
+            model_of(b"[").map_err(|e| e.kind),
+            Err(ErrorKind::InvalidJson)
+        );
+    }
+
+    #[test]
+    fn lost_connections_are_told_apart_from_other_failures() {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(connection_lost(&reset));
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert!(!connection_lost(&refused));
+        let wrapped = std::io::Error::other(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(connection_lost(&wrapped));
+        let other = std::io::Error::other("tls handshake failed");
+        assert!(!connection_lost(&other));
+    }
 
     #[test]
     fn service_paths_split_into_service_and_rest() {
