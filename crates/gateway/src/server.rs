@@ -2,9 +2,12 @@
 //! streamed token must not wait for Nagle), and a graceful shutdown that
 //! stops accepting and lets in-flight requests and streams finish.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::{Request, Response};
+use hyper::body::Incoming;
 use tokio::net::TcpListener;
 
 use crate::proxy::{Gateway, handle};
@@ -17,6 +20,30 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
+    serve_http1(
+        listener,
+        move |req| handle(gateway.clone(), req),
+        shutdown,
+        drain,
+    )
+    .await
+}
+
+/// Serves `handler` over HTTP/1.1 on `listener` (the gateway's and the fake
+/// engines' accept loop) until `shutdown`, then drains for up to `drain`.
+pub async fn serve_http1<H, F, B>(
+    listener: TcpListener,
+    handler: H,
+    shutdown: impl std::future::Future<Output = ()>,
+    drain: Duration,
+) -> std::io::Result<()>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
+    F: std::future::Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: http_body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     tokio::pin!(shutdown);
     loop {
@@ -33,8 +60,7 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = tcp.set_nodelay(true);
-        let gateway = gateway.clone();
-        let service = hyper::service::service_fn(move |req| handle(gateway.clone(), req));
+        let service = hyper::service::service_fn(handler.clone());
         let connection = hyper::server::conn::http1::Builder::new()
             .serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
         let connection = graceful.watch(connection);

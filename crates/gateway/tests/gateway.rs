@@ -103,6 +103,15 @@ impl Harness {
         }
     }
 
+    /// A streamed chat request for model `m`; the response as it starts.
+    async fn stream(&self) -> http::Response<hyper::body::Incoming> {
+        let body = json!({ "model": "m", "messages": [], "stream": true }).to_string();
+        self.client
+            .request(self.request("POST", "/v1/chat/completions", &body, &[]))
+            .await
+            .expect("response")
+    }
+
     async fn chat(&self, model: &str) -> (StatusCode, Value) {
         let body = json!({ "model": model, "messages": [{ "role": "user", "content": "hello" }] })
             .to_string();
@@ -153,6 +162,17 @@ fn objects(values: Vec<Value>) -> Objects {
         }
     }
     out
+}
+
+/// One engine with `config` behind a gateway serving it as `ml/m`.
+async fn behind_the_gateway(config: EngineConfig) -> (EngineHandle, Harness) {
+    let engine = EngineHandle::start(config).expect("engine");
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "e", "g", engine.addr),
+    ]);
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    (engine, harness)
 }
 
 fn served(engine: &EngineHandle) -> u64 {
@@ -258,25 +278,15 @@ async fn killing_an_engine_mid_run_fails_only_requests_it_had_received() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_chunks_arrive_within_a_millisecond_of_being_sent() {
     let _serial = SERIAL.lock().await;
-    let e = EngineHandle::start(EngineConfig {
+    let (_e, harness) = behind_the_gateway(EngineConfig {
         model: "m".into(),
         output_tokens: 40,
         inter_token_latency: Duration::from_millis(20),
         stamp_chunks: true,
         ..EngineConfig::default()
     })
-    .expect("engine");
-    let objects = objects(vec![
-        service("ml", "m", &[(1, "g")]),
-        endpoint("ml", "e", "g", e.addr),
-    ]);
-    let harness = Harness::start(GatewayConfig::default(), &objects).await;
-    let body = json!({ "model": "m", "messages": [], "stream": true }).to_string();
-    let response = harness
-        .client
-        .request(harness.request("POST", "/v1/chat/completions", &body, &[]))
-        .await
-        .expect("response");
+    .await;
+    let response = harness.stream().await;
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut body = response.into_body();
     let mut delays_us = Vec::new();
@@ -635,25 +645,14 @@ async fn external_endpoints_take_over_when_no_composed_one_is_healthy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_stops_the_engines_request() {
     let _serial = SERIAL.lock().await;
-    let e = EngineHandle::start(EngineConfig {
+    let (e, harness) = behind_the_gateway(EngineConfig {
         model: "m".into(),
         output_tokens: 200,
         inter_token_latency: Duration::from_millis(10),
         ..EngineConfig::default()
     })
-    .expect("engine");
-    let objects = objects(vec![
-        service("ml", "m", &[(1, "g")]),
-        endpoint("ml", "e", "g", e.addr),
-    ]);
-    let harness = Harness::start(GatewayConfig::default(), &objects).await;
-    let body = json!({ "model": "m", "messages": [], "stream": true }).to_string();
-    let response = harness
-        .client
-        .request(harness.request("POST", "/v1/chat/completions", &body, &[]))
-        .await
-        .expect("response");
-    let mut stream = response.into_body();
+    .await;
+    let mut stream = harness.stream().await.into_body();
     let _ = stream.frame().await;
     let _ = stream.frame().await;
     assert_eq!(e.engine.metrics().running.load(Ordering::Relaxed), 1);

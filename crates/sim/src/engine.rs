@@ -114,36 +114,20 @@ impl Engine {
     }
 }
 
-/// Serves `engine` on `listener` until `shutdown` resolves; connections in
+/// Serves `engine` on `listener` until `shutdown` resolves; answers in
 /// progress finish.
 pub async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (tcp, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                // Out of descriptors and the like: keep serving the others.
-                Err(_) => continue,
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = tcp.set_nodelay(true);
-        let engine = engine.clone();
-        let service = hyper::service::service_fn(move |req| handle(engine.clone(), req));
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
-        let connection = graceful.watch(connection);
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
-    }
-    graceful.shutdown().await;
-    Ok(())
+    modelplane_gateway::server::serve_http1(
+        listener,
+        move |req| handle(engine.clone(), req),
+        shutdown,
+        Duration::from_secs(30),
+    )
+    .await
 }
 
 /// Binds `addr` and serves until `shutdown`; `ready` gets the bound address.
