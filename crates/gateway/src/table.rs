@@ -188,6 +188,14 @@ impl Table {
             .map(|s| ((namespace_of(&s.metadata), name_of(&s.metadata)), s))
             .collect();
         table.keys = api_keys(inputs.secrets, &mut table.skipped);
+        // A service selects only in its own namespace: group once, not per service.
+        let mut by_namespace: HashMap<&str, Vec<&ModelEndpoint>> = HashMap::new();
+        for endpoint in inputs.endpoints {
+            by_namespace
+                .entry(endpoint.metadata.namespace.as_deref().unwrap_or("default"))
+                .or_default()
+                .push(endpoint);
+        }
         for service in inputs.services {
             let namespace = service
                 .metadata
@@ -196,11 +204,21 @@ impl Table {
                 .unwrap_or_else(|| "default".into());
             let name = name_of(&service.metadata);
             let id = format!("{namespace}/{name}");
-            let candidates: Vec<ModelEndpoint> = inputs
-                .endpoints
-                .iter()
-                .filter(|e| e.metadata.namespace.as_deref().unwrap_or("default") == namespace)
-                .cloned()
+            // Only what some entry selects goes on to the first-match grouping.
+            let no_labels = BTreeMap::new();
+            let candidates: Vec<ModelEndpoint> = by_namespace
+                .get(namespace.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|e| {
+                    let labels = e.metadata.labels.as_ref().unwrap_or(&no_labels);
+                    service
+                        .spec
+                        .endpoints
+                        .iter()
+                        .any(|entry| entry.selector.matches(labels))
+                })
+                .map(|e| (*e).clone())
                 .collect();
             let mut service_out = Service {
                 id: id.clone(),
