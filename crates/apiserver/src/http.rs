@@ -941,9 +941,7 @@ fn field_validation(
     problems: Vec<modelplane_cel::Problem>,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<modelplane_cel::Problem>, Failure> {
-    let (unknown, errors): (Vec<_>, Vec<_>) = problems
-        .into_iter()
-        .partition(modelplane_cel::Problem::is_unknown_field);
+    let (unknown, errors): (Vec<_>, Vec<_>) = problems.into_iter().partition(|p| p.unknown_field);
     match target.options.field_validation {
         FieldValidation::Strict if !unknown.is_empty() => {
             let fields: Vec<&str> = unknown.iter().map(|p| p.message.as_str()).collect();

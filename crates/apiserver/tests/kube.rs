@@ -503,6 +503,13 @@ async fn status_and_scale_subresources_through_their_api_calls() {
         .await
         .expect("create");
 
+    let replicas = || async {
+        api.get("web")
+            .await
+            .expect("get")
+            .spec
+            .and_then(|s| s.replicas)
+    };
     // Scale: read, patch, replace; the parent's spec.replicas follows.
     let scale = api.get_scale("web").await.expect("get_scale");
     assert_eq!(scale.spec.and_then(|s| s.replicas), Some(1));
@@ -513,27 +520,13 @@ async fn status_and_scale_subresources_through_their_api_calls() {
     )
     .await
     .expect("patch_scale");
-    assert_eq!(
-        api.get("web")
-            .await
-            .expect("get")
-            .spec
-            .and_then(|s| s.replicas),
-        Some(3)
-    );
+    assert_eq!(replicas().await, Some(3));
     let mut scale = api.get_scale("web").await.expect("get_scale");
     scale.spec.get_or_insert_default().replicas = Some(5);
     api.replace_scale("web", &PostParams::default(), &scale)
         .await
         .expect("replace_scale");
-    assert_eq!(
-        api.get("web")
-            .await
-            .expect("get")
-            .spec
-            .and_then(|s| s.replicas),
-        Some(5)
-    );
+    assert_eq!(replicas().await, Some(5));
 
     // Status: replace_status writes only the status; the spec stays.
     let mut current = api.get_status("web").await.expect("get_status");

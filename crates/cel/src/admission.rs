@@ -22,6 +22,9 @@ pub struct Problem {
     pub path: String,
     /// The API server's wording of the cause.
     pub message: String,
+    /// A field the schema does not declare (pruned): whether that rejects
+    /// the object is the request's `fieldValidation`.
+    pub unknown_field: bool,
 }
 
 impl From<FieldError> for Problem {
@@ -29,6 +32,7 @@ impl From<FieldError> for Problem {
         Problem {
             path: e.path.clone(),
             message: e.to_string(),
+            unknown_field: matches!(e.error, ErrorType::Unknown),
         }
     }
 }
@@ -150,14 +154,6 @@ impl Admission {
     }
 }
 
-impl Problem {
-    /// Whether this is a field the schema does not declare (pruned); the API
-    /// server's `fieldValidation` decides whether that rejects the object.
-    pub fn is_unknown_field(&self) -> bool {
-        self.message.starts_with("unknown field ")
-    }
-}
-
 /// Admission of the kind one version of some other CRD defines: its
 /// structural schema (pruning, defaulting, OpenAPI constraints) and its
 /// `x-kubernetes-validations`, transition rules included.
@@ -220,6 +216,7 @@ fn admit_to_schema(
         errors.push(Problem {
             path,
             message: "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation".into(),
+            unknown_field: false,
         });
     } else {
         errors.extend(
@@ -229,6 +226,7 @@ fn admit_to_schema(
                 .map(|f| Problem {
                     path: f.path,
                     message: format!("Invalid value: \"{}\": {}", f.value_type, f.message),
+                    unknown_field: false,
                 }),
         );
     }
@@ -262,6 +260,7 @@ fn identity_problem(object: Value, api_version: &str, kind: &str) -> Review {
         errors: vec![Problem {
             path: path.into(),
             message,
+            unknown_field: false,
         }],
         warnings: Vec::new(),
     }
@@ -279,6 +278,7 @@ fn metadata_problems(info: &KindInfo, object: &Value) -> Vec<Problem> {
         None if metadata.get("generateName").is_none() => out.push(Problem {
             path: "metadata.name".into(),
             message: "Required value: name or generateName is required".into(),
+            unknown_field: false,
         }),
         Some(name) if !is_dns_subdomain(name) => out.push(Problem {
             path: "metadata.name".into(),
@@ -286,6 +286,7 @@ fn metadata_problems(info: &KindInfo, object: &Value) -> Vec<Problem> {
                 "Invalid value: {}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
                 render_value(&Value::String(name.into()))
             ),
+            unknown_field: false,
         }),
         _ => {}
     }
@@ -299,6 +300,7 @@ fn metadata_problems(info: &KindInfo, object: &Value) -> Vec<Problem> {
                 "Invalid value: {}: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
                 render_value(&Value::String(ns.into()))
             ),
+            unknown_field: false,
         });
     }
     for field in ["labels", "annotations"] {
@@ -311,6 +313,7 @@ fn metadata_problems(info: &KindInfo, object: &Value) -> Vec<Problem> {
                             "Invalid value: {}: metadata.{field}.{key} in body must be of type string",
                             render_value(value)
                         ),
+                        unknown_field: false,
                     });
                 }
             }

@@ -82,14 +82,7 @@ pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
     };
     let objects = modelplane_gateway::config::load(&args.config).context("loading --config")?;
     if args.check {
-        let table = modelplane_gateway::table::Table::compile(
-            modelplane_gateway::table::Inputs {
-                services: &objects.services,
-                endpoints: &objects.endpoints,
-                secrets: &objects.secrets,
-            },
-            None,
-        );
+        let table = objects.compile(None);
         print!("{}", serde_saphyr::to_string(&table.describe())?);
         if !table.skipped.is_empty() {
             anyhow::bail!(

@@ -9,7 +9,6 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use modelplane_gateway::body::top_level_fields;
 use modelplane_gateway::config::Objects;
 use modelplane_gateway::select::{Rng, pick};
-use modelplane_gateway::table::{Inputs, Table};
 use serde_json::json;
 
 fn body(model_first: bool) -> Vec<u8> {
@@ -56,17 +55,6 @@ fn fleet(services: usize, endpoints_per_service: usize) -> Objects {
     objects
 }
 
-fn compile(objects: &Objects) -> Table {
-    Table::compile(
-        Inputs {
-            services: &objects.services,
-            endpoints: &objects.endpoints,
-            secrets: &objects.secrets,
-        },
-        None,
-    )
-}
-
 fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("model_of_200kb_body");
     let (first, last) = (body(true), body(false));
@@ -86,9 +74,9 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("table");
     group.sample_size(20);
     group.bench_function("compile_100_services_800_endpoints", |b| {
-        b.iter(|| compile(black_box(&objects)))
+        b.iter(|| black_box(&objects).compile(None))
     });
-    let table = compile(&objects);
+    let table = objects.compile(None);
     let service = table.service("ml/model-7").expect("service").clone();
     let mut rng = Rng::new(7);
     group.bench_function("pick_among_8_endpoints", |b| {

@@ -70,6 +70,21 @@ pub enum ConfigError {
     },
 }
 
+impl Objects {
+    /// The routing table of these objects, keeping endpoint health from
+    /// `previous` (the table they replace).
+    pub fn compile(&self, previous: Option<&Table>) -> Table {
+        Table::compile(
+            Inputs {
+                services: &self.services,
+                endpoints: &self.endpoints,
+                secrets: &self.secrets,
+            },
+            previous,
+        )
+    }
+}
+
 /// Every file under `paths` (directories: their `.yaml`, `.yml` and `.json`
 /// files, recursively, in name order).
 pub fn files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, ConfigError> {
@@ -163,15 +178,7 @@ fn add(objects: &mut Objects, path: &Path, line: u32, value: Value) -> Result<()
 /// current one) and swaps it in; returns what was left out.
 pub fn publish(gateway: &Gateway, objects: &Objects) -> Vec<String> {
     let started = Instant::now();
-    let current = gateway.table();
-    let table = Table::compile(
-        Inputs {
-            services: &objects.services,
-            endpoints: &objects.endpoints,
-            secrets: &objects.secrets,
-        },
-        Some(&current),
-    );
+    let table = objects.compile(Some(&gateway.table()));
     let skipped = table.skipped.clone();
     gateway.publish(table, started.elapsed());
     skipped

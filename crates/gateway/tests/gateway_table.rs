@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use modelplane_gateway::config::load;
-use modelplane_gateway::table::{Inputs, Table};
 use serde_json::json;
 
 fn snapshot(case: &str, text: &str) {
@@ -16,17 +15,6 @@ fn snapshot(case: &str, text: &str) {
     }, {
         insta::assert_snapshot!("output", text);
     });
-}
-
-fn compile(objects: &modelplane_gateway::config::Objects) -> Table {
-    Table::compile(
-        Inputs {
-            services: &objects.services,
-            endpoints: &objects.endpoints,
-            secrets: &objects.secrets,
-        },
-        None,
-    )
 }
 
 #[test]
@@ -41,7 +29,7 @@ fn every_case_compiles_to_its_table() {
     assert!(!cases.is_empty());
     for case in cases {
         let objects = load(&[case.join("input.yaml")]).expect("input");
-        let table = compile(&objects);
+        let table = objects.compile(None);
         let name = case
             .file_name()
             .and_then(|n| n.to_str())
@@ -85,7 +73,7 @@ fn every_upstream_model_service_routes_to_endpoints_matching_its_entries() {
                 );
             }
         }
-        let table = compile(&with_endpoints);
+        let table = with_endpoints.compile(None);
         let id = format!(
             "{}/{}",
             service.metadata.namespace.as_deref().unwrap_or("default"),
