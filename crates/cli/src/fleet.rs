@@ -77,36 +77,33 @@ fn fleet(objects: &[Value]) -> anyhow::Result<Fleet> {
     Ok(fleet)
 }
 
-/// The scheduler's view of a cluster, deriving what a fresh one lacks.
+/// The scheduler's view of a cluster. A cluster whose status is given is
+/// taken as it is, as the scheduler would see it on the control plane (no
+/// gateway address means not eligible for new replicas); only a cluster
+/// without any status gets a derived one: its pools from its classes,
+/// Ready, and a placeholder gateway address.
 pub fn cluster_view(
     cluster: &InferenceCluster,
     classes: &[InferenceClass],
     interner: &mut DeviceInterner,
 ) -> Cluster {
+    if cluster.status.is_some() {
+        return Cluster::from_resource(cluster, interner);
+    }
     let mut cluster = cluster.clone();
     let name = cluster.metadata.name.clone().unwrap_or_default();
-    let mut status = cluster.status.clone().unwrap_or_default();
-    if status.gpu_pools.is_none() {
-        status.gpu_pools = Some(cluster.spec.gpu_pools(classes));
-    }
-    if status.conditions.is_none() {
-        status.conditions = Some(vec![modelplane_api::types::Condition {
+    cluster.status = Some(modelplane_api::types::InferenceClusterStatus {
+        gpu_pools: Some(cluster.spec.gpu_pools(classes)),
+        conditions: Some(vec![modelplane_api::types::Condition {
             type_: "Ready".into(),
             status: "True".into(),
             ..Default::default()
-        }]);
-    }
-    if status
-        .gateway
-        .as_ref()
-        .and_then(|g| g.address.as_ref())
-        .is_none()
-    {
-        status.gateway = Some(modelplane_api::types::GatewayAddress {
+        }]),
+        gateway: Some(modelplane_api::types::GatewayAddress {
             address: Some(placeholder_gateway(&name)),
-        });
-    }
-    cluster.status = Some(status);
+        }),
+        ..Default::default()
+    });
     Cluster::from_resource(&cluster, interner)
 }
 

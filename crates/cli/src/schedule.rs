@@ -2,10 +2,10 @@
 //! replicas on a fleet described by manifests, and why not elsewhere.
 //!
 //! Data flow: paths → `validate`'s admission (bad input is reported exactly
-//! as `validate` reports it) → typed objects → scheduler inputs (clusters
-//! without `status.gpuPools` get them derived from their node pools and
-//! classes, and count as Ready with a placeholder gateway unless their status
-//! says otherwise) → `schedule()` per deployment → a table or JSON.
+//! as `validate` reports it) → typed objects → scheduler inputs (a cluster
+//! with a status is taken as it is; one without any status gets its pools
+//! from its node pools and classes, and counts as Ready with a placeholder
+//! gateway) → `schedule()` per deployment → a table or JSON.
 
 use std::fmt::Write as _;
 
@@ -34,9 +34,10 @@ pub enum Format {
 #[derive(Args, Debug)]
 #[command(after_help = "\
 Reads InferenceClusters (with their status, if any), InferenceClasses, ModelCaches, \
-existing ModelReplicas and ModelDeployments. A cluster without status.gpuPools gets them \
-from its node pools and classes, and counts as Ready with a placeholder gateway address \
-unless its status says otherwise. Several deployments are placed one after the other \
+existing ModelReplicas and ModelDeployments. A cluster with a status is taken as it is \
+(without status.gateway.address or a Ready condition it gets no new replicas, as on the \
+control plane). A cluster without any status gets its pools from its node pools and \
+classes, and counts as Ready with a placeholder gateway address. Several deployments are placed one after the other \
 (by namespace/name), each seeing the replicas of those before it.
 
 Exit status: 0 when a placement was computed, 1 when input is invalid or a deployment \

@@ -138,3 +138,22 @@ fn invalid_manifests_are_reported_as_validate_reports_them() {
             .starts_with("input.yaml:7: ModelDeployment/qwen: spec.replicas: Invalid value: 0")
     );
 }
+
+#[test]
+fn a_cluster_with_status_but_no_gateway_gets_no_new_replica() {
+    let args = ["schedule", "--explain", "-f", "input.yaml", "-o", "json"];
+    let out = modelplane(&golden("status-without-gateway"), &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let placements = v["placements"].as_array().expect("placements");
+    assert_eq!(placements.len(), 1, "{v}");
+    assert_eq!(placements[0]["cluster"], "b-serving");
+    assert_eq!(placements[0]["gatewayAddress"], "10.0.0.2");
+    let text = v["explanations"].to_string();
+    assert!(text.contains("a-no-gateway"), "{text}");
+}
