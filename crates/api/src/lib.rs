@@ -12,6 +12,7 @@
 pub mod crds;
 pub mod labels;
 pub mod names;
+pub mod python;
 pub mod schema;
 pub mod types;
 pub mod validation;

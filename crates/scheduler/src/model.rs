@@ -333,25 +333,9 @@ impl Deployment {
     }
 }
 
-/// Python `int()` on a label value: surrounding whitespace, one sign and `_`
-/// between digits are accepted.
+/// Python `int()` on a label value (see [`modelplane_api::python::int`]).
 pub fn parse_index(text: &str) -> Option<i64> {
-    let t = text.trim();
-    let (negative, digits) = match t.as_bytes().first() {
-        Some(b'-') => (true, &t[1..]),
-        Some(b'+') => (false, &t[1..]),
-        _ => (false, t),
-    };
-    if digits.is_empty()
-        || digits.starts_with('_')
-        || digits.ends_with('_')
-        || digits.contains("__")
-        || !digits.bytes().all(|b| b.is_ascii_digit() || b == b'_')
-    {
-        return None;
-    }
-    let n: i64 = digits.replace('_', "").parse().ok()?;
-    Some(if negative { -n } else { n })
+    modelplane_api::python::int(text)
 }
 
 impl ExistingReplica {

@@ -126,7 +126,10 @@ pub fn member_pod(ctx: &MemberContext<'_>) -> PodPlan {
         .is_some_and(|r| !r.is_empty());
 
     let mut args = user.args.clone().unwrap_or_default();
-    if ctx.serving && cache.is_some() && user.command.is_none() && !names_a_model(&args) {
+    // An empty `command` is no command (Kubernetes drops it; the original tests
+    // truthiness), so the cache's `--model` is still added.
+    let has_command = user.command.as_ref().is_some_and(|c| !c.is_empty());
+    if ctx.serving && cache.is_some() && !has_command && !names_a_model(&args) {
         args.push(format!("--model={}", labels::CACHE_MOUNT));
     }
 

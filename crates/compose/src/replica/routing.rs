@@ -20,23 +20,28 @@ const DEFAULT_DECODE_PORT: i64 = 8001;
 /// gRPC port of the endpoint picker.
 const EPP_PORT: i64 = 9002;
 
-/// The first `--block-size`/`--page-size` value in `args`, else 16.
+/// The first `--block-size`/`--page-size` value in `args`, read as the
+/// engine (Python's `int()`) reads it, else 16.
 pub fn block_size(args: &[String]) -> i64 {
     let mut iter = args.iter().peekable();
     while let Some(arg) = iter.next() {
         for flag in ["--block-size", "--page-size"] {
             if let Some(v) = arg.strip_prefix(&format!("{flag}=")) {
-                return v.parse().unwrap_or(16);
+                return modelplane_api::python::int(v).unwrap_or(16);
             }
             if arg == flag {
-                return iter.peek().and_then(|v| v.parse().ok()).unwrap_or(16);
+                return iter
+                    .peek()
+                    .and_then(|v| modelplane_api::python::int(v))
+                    .unwrap_or(16);
             }
         }
     }
     16
 }
 
-/// The integer `--port` in `args`: `Ok(None)` when absent, `Err` when not an integer.
+/// The integer `--port` in `args` (read as Python's `int()` reads it):
+/// `Ok(None)` when absent, `Err` when not an integer.
 pub fn port_arg(args: &[String]) -> Result<Option<i64>, String> {
     let mut iter = args.iter().peekable();
     while let Some(arg) = iter.next() {
@@ -48,7 +53,7 @@ pub fn port_arg(args: &[String]) -> Result<Option<i64>, String> {
             None
         };
         if let Some(v) = value {
-            return v.parse().map(Some).map_err(|_| v);
+            return modelplane_api::python::int(&v).map(Some).ok_or(v);
         }
     }
     Ok(None)
@@ -319,6 +324,17 @@ mod tests {
         assert_eq!(block_size(&args(&["--block-size=big"])), 16);
         assert_eq!(block_size(&args(&["--block-size"])), 16);
         assert_eq!(block_size(&[]), 16);
+    }
+
+    #[test]
+    fn integer_flags_are_read_as_the_engine_reads_them() {
+        // vLLM and SGLang parse with Python's int(): whitespace, a sign and
+        // digit separators are fine.
+        assert_eq!(block_size(&args(&["--block-size=3_2"])), 32);
+        assert_eq!(block_size(&args(&["--block-size", " 64 "])), 64);
+        assert_eq!(port_arg(&args(&["--port= 8002"])), Ok(Some(8002)));
+        assert_eq!(port_arg(&args(&["--port", "+8_003"])), Ok(Some(8003)));
+        assert_eq!(port_arg(&args(&["--port=80.5"])), Err("80.5".into()));
     }
 
     #[test]
