@@ -2,14 +2,17 @@
 //! the body's top-level `model`) → authorise (API key) → pick an endpoint →
 //! connect and send → stream the response back as it arrives.
 //!
-//! Retry rule: a request is retried on another endpoint only when no engine
-//! can have acted on it: the connection could not be made, or a kept-alive
-//! connection turned out closed or reset under it before any answer (the
-//! engine died or dropped the idle connection; the kernel, not the engine,
-//! took the bytes — Pingora retries reused connections the same way). Once
-//! any byte of an answer arrived, never. A streamed request body is handed
-//! to the connection only once it is established, so it is still there to
-//! retry with; a body already streamed away cannot be retried.
+//! Retry rule: a request is retried on another endpoint only when provably
+//! no engine acted on it: the connection could not be made, hyper reports
+//! the request was never sent (a pooled connection found closed before the
+//! request was written), or the engine answered 503 or 429 (it was too busy
+//! to take the request). A connection lost after any byte of the request
+//! was written is never retried: the engine may have read the prompt, done
+//! the work (an external provider bills it) or crashed on it, so sending it
+//! elsewhere could run it twice or crash the next engine; the client gets a
+//! 502. A streamed request body is handed to the connection only once it is
+//! established, so it is still there to retry with; a body already streamed
+//! away cannot be retried.
 //!
 //! Health: a failed connection or a 5xx counts against the endpoint; after
 //! [`GatewayConfig::eject_after`] in a row it is ejected for a backoff that
@@ -687,19 +690,24 @@ async fn proxy(
                 ));
             }
             Ok(Err(e))
-                if (e.is_connect() || connection_lost(&e))
+                if (e.is_connect() || never_sent(&e))
                     && body.retryable()
                     && tried.len() + 1 < gateway.config.max_attempts =>
             {
                 gateway.failed(&endpoint);
-                tracing::debug!(endpoint = %endpoint.id, "connect failed, retrying elsewhere: {e}");
-                gateway
-                    .metrics
-                    .retries
-                    .get_or_create(&ServiceLabels {
-                        service: service.id.clone(),
-                    })
-                    .inc();
+                tracing::debug!(endpoint = %endpoint.id, "not sent, retrying elsewhere: {e}");
+                count_retry(gateway, service);
+                tried.push(endpoint);
+                continue;
+            }
+            Ok(Ok(response))
+                if is_busy(response.status())
+                    && body.retryable()
+                    && tried.len() + 1 < gateway.config.max_attempts =>
+            {
+                // Busy is backpressure, not a failure: the endpoint stays in.
+                tracing::debug!(endpoint = %endpoint.id, status = %response.status(), "busy, retrying elsewhere");
+                count_retry(gateway, service);
                 tried.push(endpoint);
                 continue;
             }
@@ -716,7 +724,7 @@ async fn proxy(
                 ));
             }
             Ok(Ok(response)) => {
-                if response.status().is_server_error() {
+                if response.status().is_server_error() && !is_busy(response.status()) {
                     gateway.failed(&endpoint);
                 } else {
                     gateway.succeeded(&endpoint);
@@ -759,35 +767,35 @@ async fn proxy(
     }
 }
 
-/// Whether a request failed because its connection was closed or reset
-/// before any answer: no engine acted on it.
-fn connection_lost(e: &(dyn std::error::Error + 'static)) -> bool {
+/// Whether hyper reports the request was never sent: it was canceled
+/// before any byte was written (a pooled connection closed under it).
+/// Resets, broken pipes and early ends of the answer are not this: the
+/// request may have reached the engine.
+fn never_sent(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut source = Some(e);
     while let Some(err) = source {
-        if let Some(hyper_error) = err.downcast_ref::<hyper::Error>()
-            && (hyper_error.is_incomplete_message() || hyper_error.is_canceled())
-        {
-            return true;
-        }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if matches!(
-                io.kind(),
-                std::io::ErrorKind::ConnectionReset
-                    | std::io::ErrorKind::ConnectionAborted
-                    | std::io::ErrorKind::BrokenPipe
-                    | std::io::ErrorKind::UnexpectedEof
-            ) {
-                return true;
-            }
-            // An io::Error's `source` skips the error it wraps: look at it.
-            if let Some(inner) = io.get_ref() {
-                source = Some(inner as &(dyn std::error::Error + 'static));
-                continue;
-            }
+        if let Some(hyper_error) = err.downcast_ref::<hyper::Error>() {
+            return hyper_error.is_canceled();
         }
         source = err.source();
     }
     false
+}
+
+/// 503 and 429: the engine was too busy to take the request and did not
+/// process it (vLLM's and SGLang's overload answers).
+fn is_busy(status: StatusCode) -> bool {
+    status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS
+}
+
+fn count_retry(gateway: &Gateway, service: &Service) {
+    gateway
+        .metrics
+        .retries
+        .get_or_create(&ServiceLabels {
+            service: service.id.clone(),
+        })
+        .inc();
 }
 
 /// The whole chain of an error, for messages.
@@ -1150,15 +1158,16 @@ mod tests {
     }
 
     #[test]
-    fn lost_connections_are_told_apart_from_other_failures() {
+    fn only_requests_never_written_count_as_not_sent() {
+        // io errors (reset, broken pipe) come after bytes were written: the
+        // engine may have read the request.
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        assert!(connection_lost(&reset));
-        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
-        assert!(!connection_lost(&refused));
+        assert!(!never_sent(&reset));
         let wrapped = std::io::Error::other(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
-        assert!(connection_lost(&wrapped));
-        let other = std::io::Error::other("tls handshake failed");
-        assert!(!connection_lost(&other));
+        assert!(!never_sent(&wrapped));
+        assert!(is_busy(StatusCode::SERVICE_UNAVAILABLE));
+        assert!(is_busy(StatusCode::TOO_MANY_REQUESTS));
+        assert!(!is_busy(StatusCode::BAD_GATEWAY));
     }
 
     #[test]

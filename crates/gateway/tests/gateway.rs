@@ -264,8 +264,20 @@ async fn killing_an_engine_mid_run_fails_only_requests_it_had_received() {
     let statuses = run.await.expect("run");
     let failed = statuses.iter().filter(|s| **s != StatusCode::OK).count();
     assert_eq!(statuses.len(), 2000);
+    let received = |e: &EngineHandle| e.engine.metrics().received.load(Ordering::Relaxed) as usize;
+    // Nothing is sent twice: every request reached at most one engine.
     assert!(
-        failed <= reached_a_unanswered,
+        received(&a) + received(&b) <= 2000,
+        "{} + {} requests received for 2,000 sent: some were replayed",
+        received(&a),
+        received(&b)
+    );
+    // What failed is what the killed engine held, plus at most one request
+    // per connection the gateway had open to it (8 clients), written in the
+    // instant between the kill and the gateway seeing the connection close:
+    // never sent again, since `a` might have read it.
+    assert!(
+        failed <= reached_a_unanswered + 8,
         "{failed} requests failed, but only {reached_a_unanswered} had reached the killed engine"
     );
     // Every answered request was served by one of them, and after the
@@ -673,4 +685,99 @@ async fn a_client_that_goes_away_stops_the_engines_request() {
         "generation stopped early"
     );
     assert_eq!(harness.gateway.metrics().in_flight.get(), 0);
+}
+
+/// An engine that reads each request whole and then drops the connection
+/// without answering, as an engine that crashes on a prompt does; it
+/// records every prompt it received.
+struct CrashingEngine {
+    addr: SocketAddr,
+    received: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl CrashingEngine {
+    async fn start() -> CrashingEngine {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let received = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = received.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = socket.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buffer).to_string();
+                        let Some(end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if buffer.len() >= end + 4 + length {
+                            let body = String::from_utf8_lossy(&buffer[end + 4..end + 4 + length]);
+                            log.lock().expect("log").push(body.to_string());
+                            // Read, then gone: the connection drops unanswered.
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        CrashingEngine { addr, received }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_that_reached_an_engine_is_never_sent_to_another() {
+    let _serial = SERIAL.lock().await;
+    let (a, b) = (CrashingEngine::start().await, CrashingEngine::start().await);
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "a", "g", a.addr),
+        endpoint("ml", "b", "g", b.addr),
+    ]);
+    // Ejection is not under test here: keep both endpoints in.
+    let config = GatewayConfig {
+        eject_after: 1000,
+        ..GatewayConfig::default()
+    };
+    let harness = Harness::start(config, &objects).await;
+    for i in 0..20 {
+        let prompt = format!("prompt {i}");
+        let body = json!({ "model": "m", "messages": [{ "role": "user", "content": prompt }] })
+            .to_string();
+        let (status, error) = harness
+            .send("POST", "/v1/chat/completions", &body, &[])
+            .await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{error}");
+        assert_eq!(error["error"]["code"], "upstream_error", "{error}");
+        assert!(error["error"]["message"].is_string(), "{error}");
+    }
+    let mut all: Vec<String> = a.received.lock().expect("a").clone();
+    all.extend(b.received.lock().expect("b").iter().cloned());
+    assert_eq!(all.len(), 20, "each prompt reached exactly one engine");
+    for i in 0..20 {
+        let hits = all
+            .iter()
+            .filter(|p| p.contains(&format!("\"prompt {i}\"")))
+            .count();
+        assert_eq!(hits, 1, "prompt {i} was sent {hits} times");
+    }
 }

@@ -70,6 +70,8 @@ impl Default for EngineConfig {
 /// Counters behind `/metrics`.
 #[derive(Debug, Default)]
 pub struct EngineMetrics {
+    /// Completion requests received (read whole), answered or not.
+    pub received: AtomicU64,
     /// Requests generating now.
     pub running: AtomicI64,
     /// Requests queued for a slot.
@@ -231,7 +233,10 @@ async fn handle(
         (&Method::POST, path @ ("/v1/chat/completions" | "/v1/completions")) => {
             let chat = path == "/v1/chat/completions";
             match body.collect().await {
-                Ok(collected) => complete(engine, chat, collected.to_bytes()).await,
+                Ok(collected) => {
+                    engine.metrics.received.fetch_add(1, Ordering::Relaxed);
+                    complete(engine, chat, collected.to_bytes()).await
+                }
                 Err(_) => error(
                     StatusCode::BAD_REQUEST,
                     "the request body could not be read",
