@@ -4,10 +4,12 @@
 //!
 //! The scanner walks the top-level object key by key; a value it does not
 //! want is skipped by finding its end (strings with `memchr`, containers by
-//! depth), never parsed. It stops as soon as every wanted field is found,
-//! so a body that starts with `"model"` costs the same whatever its size.
-//! It checks structure only as far as it reads: the engine validates the
-//! rest.
+//! depth), never parsed. It reads every top-level key: a wanted field given
+//! twice, or spelled with escapes (`"mod\u0065l"`), is refused, because
+//! the engines (Python's `json`) keep the *last* of duplicate keys and
+//! unescape names, so the gateway would authorise one model and the engine
+//! serve another. It checks structure only as far as it reads: the engine
+//! validates the rest.
 
 use std::borrow::Cow;
 
@@ -22,6 +24,16 @@ pub enum ScanError {
         /// Byte offset.
         at: usize,
     },
+    /// A wanted field appears twice, or with escapes in its name.
+    #[error(
+        "the request body names `{field}` more than once (or spells it with escapes) at byte {at}"
+    )]
+    Ambiguous {
+        /// The field.
+        field: String,
+        /// Byte offset of the second spelling.
+        at: usize,
+    },
 }
 
 /// The raw bytes of each wanted top-level field's value (`None` when
@@ -31,7 +43,6 @@ pub fn top_level_fields<'a, const N: usize>(
     wanted: [&str; N],
 ) -> Result<[Option<&'a [u8]>; N], ScanError> {
     let mut found: [Option<&'a [u8]>; N] = [None; N];
-    let mut missing = N;
     let mut s = Scanner { body, at: 0 };
     s.skip_ws();
     s.expect(b'{', "expected '{'")?;
@@ -48,17 +59,22 @@ pub fn top_level_fields<'a, const N: usize>(
         let start = s.at;
         s.skip_value()?;
         let value = &body[start..s.at];
-        // Keys are compared raw: field names of the OpenAI API have no escapes.
-        if let Some(i) = wanted
-            .iter()
-            .position(|w| w.as_bytes() == &key[1..key.len() - 1])
-            && found[i].is_none()
-        {
-            found[i] = Some(value);
-            missing -= 1;
-            if missing == 0 {
-                return Ok(found);
+        let name = &key[1..key.len() - 1];
+        let escaped = memchr::memchr(b'\\', name).is_some();
+        let index = if escaped {
+            // Unescaped, a key may still name a wanted field: refuse it.
+            as_str(key).and_then(|k| wanted.iter().position(|w| *w == k))
+        } else {
+            wanted.iter().position(|w| w.as_bytes() == name)
+        };
+        if let Some(i) = index {
+            if escaped || found[i].is_some() {
+                return Err(ScanError::Ambiguous {
+                    field: wanted[i].to_string(),
+                    at: start,
+                });
             }
+            found[i] = Some(value);
         }
         s.skip_ws();
         match s.peek() {
@@ -218,9 +234,25 @@ mod tests {
     }
 
     #[test]
-    fn stops_at_the_first_match_without_reading_further() {
-        // Everything after the model is garbage: never read.
-        assert_eq!(model(r#"{"model":"a", garbage"#), Ok(Some("a".into())));
+    fn reads_to_the_end_so_garbage_after_the_model_is_refused() {
+        assert!(model(r#"{"model":"a", garbage"#).is_err());
+    }
+
+    #[test]
+    fn a_model_given_twice_or_spelled_with_escapes_is_refused() {
+        // Python's json keeps the last duplicate and unescapes names: the
+        // engine would serve "expensive" while the gateway authorised "cheap".
+        let twice = model(r#"{"model":"cheap","messages":[],"model":"expensive"}"#);
+        assert!(matches!(twice, Err(ScanError::Ambiguous { ref field, .. }) if field == "model"));
+        let escaped = model(r#"{"mod\u0065l":"expensive","model":"cheap"}"#);
+        assert!(matches!(escaped, Err(ScanError::Ambiguous { .. })));
+        let alone = model(r#"{"messages":[],"\u006dodel":"x"}"#);
+        assert!(matches!(alone, Err(ScanError::Ambiguous { .. })));
+        // Escapes in other keys, and `model` inside values, are fine.
+        assert_eq!(
+            model(r#"{"me\u0073sages":[{"model":"x"}],"model":"a"}"#),
+            Ok(Some("a".into()))
+        );
     }
 
     #[test]

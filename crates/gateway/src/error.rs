@@ -27,6 +27,8 @@ pub enum ErrorKind {
     InvalidJson,
     /// A `/v1` request without a string `model`.
     MissingModel,
+    /// A body that names `model` twice or with escapes in the key.
+    ConflictingModel,
     /// The model name matches services in several namespaces.
     AmbiguousModel,
     /// No or a wrong API key.
@@ -37,6 +39,8 @@ pub enum ErrorKind {
     ServiceNotFound,
     /// Nothing is served at this path.
     PathNotFound,
+    /// A path with dot-segments or encoded separators.
+    InvalidPath,
     /// The body is larger than the cap.
     RequestTooLarge,
     /// The request body could not be read.
@@ -89,6 +93,8 @@ impl GatewayError {
         match self.kind {
             ErrorKind::InvalidJson
             | ErrorKind::MissingModel
+            | ErrorKind::ConflictingModel
+            | ErrorKind::InvalidPath
             | ErrorKind::AmbiguousModel
             | ErrorKind::BodyRead => StatusCode::BAD_REQUEST,
             ErrorKind::InvalidApiKey => StatusCode::UNAUTHORIZED,
@@ -116,11 +122,13 @@ impl GatewayError {
         match self.kind {
             ErrorKind::InvalidJson => "invalid_json",
             ErrorKind::MissingModel => "missing_model",
+            ErrorKind::ConflictingModel => "conflicting_model",
             ErrorKind::AmbiguousModel => "ambiguous_model",
             ErrorKind::InvalidApiKey => "invalid_api_key",
             ErrorKind::ModelNotFound => "model_not_found",
             ErrorKind::ServiceNotFound => "service_not_found",
             ErrorKind::PathNotFound => "not_found",
+            ErrorKind::InvalidPath => "invalid_path",
             ErrorKind::RequestTooLarge => "request_too_large",
             ErrorKind::BodyRead => "body_read_failed",
             ErrorKind::NoHealthyEndpoint => "no_healthy_endpoint",

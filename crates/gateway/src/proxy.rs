@@ -37,7 +37,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde_json::json;
 
-use crate::body::{as_str, top_level_fields};
+use crate::body::{ScanError, as_str, top_level_fields};
 use crate::error::{ErrorKind, GatewayError};
 use crate::metrics::{EndpointLabels, Metrics, RequestLabels, ServiceLabels};
 use crate::select::{Rng, pick};
@@ -305,6 +305,7 @@ async fn route(
         (&Method::GET, "/metrics") => return Ok(text(StatusCode::OK, &gateway.metrics.encode())),
         _ => {}
     }
+    check_path(path)?;
     let table = gateway.table();
     let key = authorise(&table, req.headers())?;
     let allowed = |service: &str| key.is_none_or(|k| k.allows(service));
@@ -431,6 +432,25 @@ fn service_path(uri: &Uri) -> Option<(String, String)> {
     Some((format!("{namespace}/{name}"), rest))
 }
 
+/// Refuses a path an upstream could resolve differently from the gateway:
+/// `.` and `..` segments (plain or percent-encoded) would climb out of a
+/// service's prefix after routing and key scoping chose it, and encoded
+/// slashes or backslashes split segments differently on the other side.
+fn check_path(path: &str) -> Result<(), GatewayError> {
+    let lower = path.to_ascii_lowercase();
+    let encoded_separator = ["%2f", "%5c", "\\"].iter().any(|s| lower.contains(s));
+    let dot_segment = lower
+        .split('/')
+        .any(|segment| matches!(segment.replace("%2e", ".").as_str(), "." | ".."));
+    if encoded_separator || dot_segment {
+        return Err(GatewayError::new(
+            ErrorKind::InvalidPath,
+            "The request path may not contain `.` or `..` segments or encoded slashes.",
+        ));
+    }
+    Ok(())
+}
+
 fn content_length(headers: &HeaderMap) -> Option<u64> {
     headers
         .get(header::CONTENT_LENGTH)
@@ -474,11 +494,15 @@ struct ModelField {
 }
 
 fn model_of(body: &[u8]) -> Result<ModelField, GatewayError> {
-    let [model] = top_level_fields(body, ["model"]).map_err(|e| {
-        GatewayError::new(
+    let [model] = top_level_fields(body, ["model"]).map_err(|e| match e {
+        ScanError::Ambiguous { .. } => GatewayError::new(
+            ErrorKind::ConflictingModel,
+            format!("The request body must name its model exactly once: {e}."),
+        ),
+        ScanError::Malformed { .. } => GatewayError::new(
             ErrorKind::InvalidJson,
             format!("We could not parse the JSON body of your request: {e}."),
-        )
+        ),
     })?;
     let missing = || {
         GatewayError::new(
@@ -1168,6 +1192,27 @@ mod tests {
         assert!(is_busy(StatusCode::SERVICE_UNAVAILABLE));
         assert!(is_busy(StatusCode::TOO_MANY_REQUESTS));
         assert!(!is_busy(StatusCode::BAD_GATEWAY));
+    }
+
+    #[test]
+    fn dot_segments_and_encoded_slashes_are_refused() {
+        for bad in [
+            "/ml/svc/../other/v1/chat/completions",
+            "/ml/svc/v1/./models",
+            "/ml/svc/%2e%2E/other/v1",
+            "/ml/svc%2Fother/v1",
+            "/ml/svc/v1%5cmodels",
+            "/v1/..",
+        ] {
+            assert!(check_path(bad).is_err(), "{bad}");
+        }
+        for good in [
+            "/v1/chat/completions",
+            "/ml/svc/v1/models",
+            "/ml/svc/v1/a.b/..c",
+        ] {
+            assert!(check_path(good).is_ok(), "{good}");
+        }
     }
 
     #[test]

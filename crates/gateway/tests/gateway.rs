@@ -781,3 +781,40 @@ async fn a_prompt_that_reached_an_engine_is_never_sent_to_another() {
         assert_eq!(hits, 1, "prompt {i} was sent {hits} times");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_or_path_that_could_steer_the_engine_elsewhere_is_refused() {
+    let _serial = SERIAL.lock().await;
+    let (engine, harness) = behind_the_gateway(EngineConfig {
+        model: "m".into(),
+        output_tokens: 2,
+        ..EngineConfig::default()
+    })
+    .await;
+    for body in [
+        r#"{"model":"m","messages":[],"model":"expensive"}"#,
+        r#"{"mod\u0065l":"expensive","model":"m","messages":[]}"#,
+    ] {
+        let (status, error) = harness
+            .send("POST", "/v1/chat/completions", body, &[])
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {error}");
+        assert_eq!(error["error"]["type"], "invalid_request_error");
+        assert_eq!(error["error"]["code"], "conflicting_model");
+    }
+    for path in [
+        "/ml/m/../other/v1/chat/completions",
+        "/ml/m/%2e%2e/other/v1/chat/completions",
+        "/ml/m%2Fother/v1/chat/completions",
+    ] {
+        let body = json!({ "model": "m", "messages": [] }).to_string();
+        let (status, error) = harness.send("POST", path, &body, &[]).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {error}");
+        assert_eq!(error["error"]["code"], "invalid_path");
+    }
+    assert_eq!(
+        engine.engine.metrics().received.load(Ordering::Relaxed),
+        0,
+        "nothing reached the engine"
+    );
+}
