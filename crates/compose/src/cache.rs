@@ -97,11 +97,28 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
         return out;
     };
     let selector = cache.spec.cluster_selector.clone().unwrap_or_default();
-    let matched: Vec<(&str, &str)> = clusters
+    let selected: Vec<&InferenceCluster> = clusters
         .iter()
         .filter(|c| selector.matches(c.metadata.labels.as_ref().unwrap_or(&Default::default())))
+        .collect();
+    let matched: Vec<(&str, &str)> = selected
+        .iter()
         .filter_map(|c| Some((c.metadata.name.as_deref()?, storage_class(c)?)))
         .collect();
+    // A selected cluster that briefly publishes no storage class (or is not
+    // reachable) may already hold this cache's PVC under running replicas:
+    // keep what exists there instead of letting it be pruned (the original
+    // drops it, hazard H7).
+    let staged_before = |cluster: &str| {
+        inputs.previous.contains_key(cluster)
+            || inputs.observed.get(cluster).is_some_and(|s| s.pvc_observed)
+    };
+    if selected.iter().any(|c| {
+        let name = c.metadata.name.as_deref().unwrap_or_default();
+        storage_class(c).is_none() && staged_before(name)
+    }) {
+        out.hold = true;
+    }
     if matched.is_empty() {
         out.conditions
             .push(Condition::new("ClustersMatched", false, "NoClusters", ""));

@@ -503,6 +503,9 @@ fn compose_cloud_cluster(
             reason: "InvalidNodePool".into(),
             message,
         });
+        // The cloud cluster cannot be composed this pass, but may exist and
+        // serve: keep it (and everything else) until the class is fixed.
+        out.hold = true;
     } else {
         let mut spec = cloud_spec(ic);
         spec["nodePools"] = Value::Array(pools);
@@ -519,28 +522,49 @@ fn compose_cloud_cluster(
 
     let observed = inputs.cloud_cluster;
     let ready = observed.is_some_and(|s| observed_ready(s.conditions.as_ref()));
-    let secrets: Vec<StackSecret> = observed.and_then(|s| s.secrets.clone()).unwrap_or_default();
-    let kubeconfig = secrets.iter().find(|s| s.type_ == "Kubeconfig");
+    let published: Vec<StackSecret> = observed.and_then(|s| s.secrets.clone()).unwrap_or_default();
     let storage = observed
         .and_then(|s| s.cache.as_ref())
         .and_then(|c| c.storage_class_name.clone());
-    match kubeconfig.filter(|_| ready) {
-        Some(kubeconfig) => {
-            out.desired.push(cluster_provider_config(
-                name,
-                kubeconfig,
-                cloud_identity(source, &secrets),
-            ));
-            if inputs.serving_stack.is_none() {
-                out.events.push(Event {
-                    type_: EventType::Normal,
-                    reason: "ComposingBackend".into(),
-                    message: format!("{} cluster ready, composing backend", cloud_label(source)),
-                });
+    // How to reach the cluster: what the cloud cluster publishes, else what
+    // the ServingStack was given when it was. The provider config stays
+    // while the cluster is briefly not Ready (the original drops it, hazard
+    // H6, and with it everything installed through it).
+    let reach = [
+        published.as_slice(),
+        inputs
+            .serving_stack
+            .map_or(&[][..], |ss| ss.spec.secrets.as_slice()),
+    ]
+    .into_iter()
+    .find(|secrets| secrets.iter().any(|s| s.type_ == "Kubeconfig"));
+    match reach {
+        Some(secrets) => {
+            if let Some(kubeconfig) = secrets.iter().find(|s| s.type_ == "Kubeconfig") {
+                out.desired.push(cluster_provider_config(
+                    name,
+                    kubeconfig,
+                    cloud_identity(source, secrets),
+                ));
             }
-            (true, Some(secrets), storage)
         }
-        None => (false, None, storage),
+        // A ServingStack exists but neither it nor the cluster says how to
+        // reach the cluster: keep what exists.
+        None if inputs.serving_stack.is_some() => out.hold = true,
+        None => {}
+    }
+    let kubeconfig_published = published.iter().any(|s| s.type_ == "Kubeconfig");
+    if ready && kubeconfig_published {
+        if inputs.serving_stack.is_none() {
+            out.events.push(Event {
+                type_: EventType::Normal,
+                reason: "ComposingBackend".into(),
+                message: format!("{} cluster ready, composing backend", cloud_label(source)),
+            });
+        }
+        (true, Some(published), storage)
+    } else {
+        (false, None, storage)
     }
 }
 

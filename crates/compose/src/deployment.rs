@@ -111,6 +111,35 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     let Some(clusters) = inputs.clusters else {
         return hold_no_clusters(out);
     };
+    // A cluster hosting one of our replicas whose pools are unknown (its
+    // status not published or not readable) would make the scheduler drop
+    // the replica and place it again elsewhere: hold instead.
+    let mut unknown: Vec<&str> = inputs
+        .replicas
+        .iter()
+        .filter(|r| {
+            r.namespace == deployment.namespace
+                && r.deployment.as_deref() == Some(deployment.name.as_str())
+        })
+        .filter_map(|r| clusters.iter().find(|c| c.name == r.cluster))
+        .filter(|c| !c.pools_published)
+        .map(|c| c.name.as_str())
+        .collect();
+    unknown.sort_unstable();
+    unknown.dedup();
+    if !unknown.is_empty() {
+        out.conditions.push(Condition::new(
+            "ReplicasScheduled",
+            false,
+            "ClusterStatusUnknown",
+            format!(
+                "Holding placement: {} host replicas but publish no GPU pools yet",
+                unknown.join(", ")
+            ),
+        ));
+        out.hold = true;
+        return out;
+    }
     let result = schedule(
         &deployment,
         clusters,

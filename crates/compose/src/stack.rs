@@ -257,7 +257,13 @@ pub fn compose_serving_stack(inputs: StackInputs<'_>) -> Composition {
         out.hold = true;
         return out;
     }
-    if inputs.provider_configs_observed {
+    if !inputs.provider_configs_observed {
+        // The releases and objects target these configs: until both are
+        // observed the rest cannot be composed, and what already exists
+        // (installed by an earlier pass) must stay — a cold cache on the
+        // control plane must not uninstall the stack.
+        out.hold = true;
+    } else {
         for component in inputs.recipe.components(ss.spec.stack.unwrap_or_default()) {
             out.desired.push(release(ss, name, namespace, component));
             out.desired

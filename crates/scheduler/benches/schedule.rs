@@ -67,6 +67,7 @@ fn fleet() -> Vec<Cluster> {
             taints: Vec::new(),
             ready: true,
             gateway_address: format!("gw-{c}:80"),
+            pools_published: true,
             pools: (0..8)
                 .map(|k| Pool {
                     name: format!("pool-{k}"),

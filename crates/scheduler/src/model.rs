@@ -104,6 +104,9 @@ pub struct Cluster {
     pub gateway_address: String,
     /// GPU pools, in published order.
     pub pools: Vec<Pool>,
+    /// The cluster published `status.gpuPools` (possibly empty). False when
+    /// its status is missing or unreadable: its pools are unknown, not gone.
+    pub pools_published: bool,
 }
 
 /// A GPU pool.
@@ -254,6 +257,7 @@ impl Cluster {
             ready,
             gateway_address: status.gateway.and_then(|g| g.address).unwrap_or_default(),
             pools,
+            pools_published: status.gpu_pools.is_some(),
         }
     }
 }

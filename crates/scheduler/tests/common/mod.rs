@@ -65,6 +65,7 @@ pub fn cluster(name: &str) -> ClusterBuilder {
             ready: true,
             gateway_address: format!("{name}.gw:80"),
             pools: Vec::new(),
+            pools_published: true,
         },
         pools: Vec::new(),
     }
