@@ -116,7 +116,8 @@ impl Admission {
             .to_string();
         let kind_name = object["kind"].as_str().unwrap_or_default().to_string();
         if !crds::is_modelplane_group(&api_version) {
-            if api_version.is_empty() || kind_name.is_empty() {
+            if api_version.is_empty() || kind_name.is_empty() || looks_like_modelplane(&api_version)
+            {
                 return identity_problem(object, &api_version, &kind_name);
             }
             return Review::Skipped {
@@ -139,6 +140,7 @@ impl Admission {
         let mut errors: Vec<Problem> = metadata_problems(info, &object);
         let (object, problems) = admit_to_schema(&compiled.schema, &compiled.rules, object, old);
         errors.extend(problems);
+        errors.extend(selector_problems(&object));
         let warnings = validation::warnings(info.kind, &object);
         Review::Checked {
             kind: info.kind,
@@ -242,7 +244,11 @@ fn identity_problem(object: Value, api_version: &str, kind: &str) -> Review {
     } else if kind.is_empty() {
         "Required value: kind must be set".to_string()
     } else {
-        format!("no matches for kind \"{kind}\" in version \"{api_version}\"")
+        let mut message = format!("no matches for kind \"{kind}\" in version \"{api_version}\"");
+        if let Some(nearest) = nearest_kind(api_version, kind) {
+            message.push_str(&format!("; did you mean {nearest}?"));
+        }
+        message
     };
     let path = if api_version.is_empty() {
         "apiVersion"
@@ -266,14 +272,142 @@ fn identity_problem(object: Value, api_version: &str, kind: &str) -> Review {
     }
 }
 
+/// An apiVersion whose group is not Modelplane's but was surely meant to
+/// be (`modelplane.io/v1alpha1`, `modelplan.ai/v1alpha1`): an error, not a
+/// foreign kind to skip, so a typo does not pass CI.
+fn looks_like_modelplane(api_version: &str) -> bool {
+    let group = api_version.split('/').next().unwrap_or_default();
+    group.contains("modelplane")
+        || [crds::GROUP, crds::INFRASTRUCTURE_GROUP]
+            .iter()
+            .any(|g| edit_distance(group, g) <= 3)
+}
+
+/// The served `apiVersion kind` nearest to what was written, when one is
+/// close: same kind in another group or version, or a kind a few edits away.
+fn nearest_kind(api_version: &str, kind: &str) -> Option<String> {
+    let lower = kind.to_ascii_lowercase();
+    crds::KINDS
+        .iter()
+        .map(|k| {
+            let mut distance = edit_distance(&lower, &k.kind.to_ascii_lowercase());
+            if k.api_version() != api_version {
+                distance += 1;
+            }
+            (distance, k)
+        })
+        .filter(|(distance, k)| {
+            *distance <= 3 && !(k.kind == kind && k.api_version() == api_version)
+        })
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, k)| format!("{} {}", k.api_version(), k.kind))
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 fn take_metadata(object: &mut Value) -> Option<Value> {
     object.as_object_mut().and_then(|m| m.remove("metadata"))
+}
+
+/// Device selectors that do not compile, as the cluster's DRA allocator
+/// would refuse them once they reach a ResourceClaim: every
+/// `…nodeSelector.devices[].selectors[].cel` of a deployment's engines, or a
+/// replica's `deviceRequests[].selectors[].cel`.
+fn selector_problems(object: &Value) -> Vec<Problem> {
+    let (engines, base) = match object["kind"].as_str() {
+        Some("ModelDeployment") => (
+            &object["spec"]["template"]["spec"]["engines"],
+            "spec.template.spec.engines",
+        ),
+        Some("ModelReplica") => (&object["spec"]["engines"], "spec.engines"),
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::new();
+    let list = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    for (e, engine) in list(engines).iter().enumerate() {
+        for (m, member) in list(&engine["members"]).iter().enumerate() {
+            let (requests, field) = if member.get("deviceRequests").is_some() {
+                (list(&member["deviceRequests"]), "deviceRequests")
+            } else {
+                (
+                    list(&member["nodeSelector"]["devices"]),
+                    "nodeSelector.devices",
+                )
+            };
+            for (r, request) in requests.iter().enumerate() {
+                for (x, selector) in list(&request["selectors"]).iter().enumerate() {
+                    // An empty one is the schema's to refuse (minLength).
+                    let Some(text) = selector["cel"].as_str().filter(|t| !t.is_empty()) else {
+                        continue;
+                    };
+                    if let Err(error) = crate::dra::DeviceSelector::compile(text) {
+                        out.push(Problem {
+                            path: format!(
+                                "{base}[{e}].members[{m}].{field}[{r}].selectors[{x}].cel"
+                            ),
+                            message: format!(
+                                "Invalid value: {}: compilation failed: {}",
+                                render_value(&Value::String(text.into())),
+                                error
+                            ),
+                            unknown_field: false,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether `name` is a DNS-1035 label: what a Service name (and a pod
+/// hostname) must be.
+fn is_dns_1035_label(name: &str) -> bool {
+    name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
 /// `metadata` checks of the API server: a valid name, string labels.
 fn metadata_problems(info: &KindInfo, object: &Value) -> Vec<Problem> {
     let metadata = &object["metadata"];
     let mut out = Vec::new();
+    // A deployment's name starts the names of its replicas' Services (the
+    // endpoint picker's `<replica>-epp-…`) and pods, which must be DNS-1035
+    // labels: refuse a name Kubernetes would refuse there, here and now.
+    if info.kind == "ModelDeployment"
+        && let Some(name) = metadata["name"].as_str()
+        && is_dns_subdomain(name)
+        && !is_dns_1035_label(name)
+    {
+        out.push(Problem {
+            path: "metadata.name".into(),
+            message: format!(
+                "Invalid value: {}: a ModelDeployment name must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter, at most 63 characters), because it starts the names of the Services and pods composed for each replica (such as {name}-…-epp-…), which Kubernetes refuses otherwise",
+                render_value(&Value::String(name.into()))
+            ),
+            unknown_field: false,
+        });
+    }
     match metadata["name"].as_str() {
         None if metadata.get("generateName").is_none() => out.push(Problem {
             path: "metadata.name".into(),

@@ -161,7 +161,8 @@ fn plain_or_quoted(s: &str) -> String {
             | "-.inf"
     ) || s.parse::<f64>().is_ok()
         || s.starts_with("0x")
-        || s.starts_with("0o");
+        || s.starts_with("0o")
+        || yaml_1_1_implicit(s);
     let indicators = s.contains(": ")
         || s.contains(" #")
         || s.ends_with(':')
@@ -174,6 +175,31 @@ fn plain_or_quoted(s: &str) -> String {
     } else {
         serde_json::Value::String(s.to_string()).to_string()
     }
+}
+
+/// Whether YAML 1.1 — what kubectl (go-yaml) and PyYAML read — would take
+/// the plain scalar `s` as something other than a string: its ints (`0b1`,
+/// `017`, `1_000`, `+12`, sexagesimal `1:30`), floats (`1_0.5`, `+.inf`,
+/// `.NaN`), timestamps (`2001-12-14`), the merge key `<<` and the value
+/// key `=`. The booleans and nulls are checked by the caller.
+fn yaml_1_1_implicit(s: &str) -> bool {
+    static PATTERNS: std::sync::LazyLock<regex::RegexSet> = std::sync::LazyLock::new(|| {
+        regex::RegexSet::new([
+            r"^[-+]?0b[0-1_]+$",
+            r"^[-+]?0[0-7_]+$",
+            r"^[-+]?(0|[1-9][0-9_]*)$",
+            r"^[-+]?0x[0-9a-fA-F_]+$",
+            r"^[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+$",
+            r"^[-+]?([0-9][0-9_]*)?\.[0-9_]*([eE][-+]?[0-9]+)?$",
+            r"^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*$",
+            r"^[-+]?\.(inf|Inf|INF)$",
+            r"^\.(nan|NaN|NAN)$",
+            r"^[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?([Tt]|[ \t]+|$)",
+            r"^(<<|=)$",
+        ])
+        .expect("valid patterns")
+    });
+    PATTERNS.is_match(s)
 }
 
 #[cfg(test)]
@@ -204,5 +230,106 @@ mod tests {
         let text = to_yaml(&value);
         let back = modelplane_api::validation::yaml::parse_documents(&text).expect("valid YAML");
         assert_eq!(back[0].value, value, "{text}");
+    }
+
+    #[test]
+    fn yaml_1_1_numbers_booleans_and_dates_are_quoted() {
+        for s in [
+            "1_000",
+            "0b1",
+            "017",
+            "+12",
+            "1:30",
+            "1_0.5",
+            "+.inf",
+            ".NaN",
+            "2001-12-14",
+            "<<",
+            "=",
+            "Yes",
+            "OFF",
+            "y",
+            "~",
+            "1e3",
+            "0o17",
+            "-.5",
+        ] {
+            assert!(
+                plain_or_quoted(s).starts_with('"'),
+                "{s} must be quoted: {}",
+                plain_or_quoted(s)
+            );
+        }
+        for s in [
+            "v0.23.0",
+            "qwen3-8b",
+            "81559Mi",
+            "gpu.nvidia.com",
+            "a1_0",
+            "1x",
+        ] {
+            assert_eq!(plain_or_quoted(s), s, "{s} stays plain");
+        }
+    }
+
+    /// What YAML 1.1 (PyYAML, the parser family kubectl's go-yaml follows)
+    /// reads `text` as, as JSON; panics with a clear message when PyYAML is
+    /// missing (`.ci/run` installs it).
+    fn yaml_1_1_reading(text: &str) -> serde_json::Value {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sys, json, yaml; print(json.dumps(yaml.safe_load(sys.stdin.read())))",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write");
+        let out = child.wait_with_output().expect("python3 finishes");
+        assert!(
+            out.status.success(),
+            "PyYAML (pip install pyyaml) could not read the YAML: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("JSON from python")
+    }
+
+    use proptest::strategy::Strategy as _;
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+        #[test]
+        fn strings_read_back_identically_in_yaml_1_1(
+            values in proptest::collection::vec(
+                proptest::prop_oneof![
+                    "[-+.:_0-9eExXbBoO<=~ ]{0,10}",
+                    "[a-zA-Z0-9 .:/_#-]{0,12}",
+                    proptest::sample::select(vec![
+                        "yes", "No", "ON", "off", "y", "N", "null", "NULL", "~", "<<", "=",
+                        ".inf", "+.inf", "-.Inf", ".NaN", "1_000", "0b101", "017", "0o17", "0x1F",
+                        "1:30", "190:20:30.15", "2001-12-14", "2001-12-14t21:59:43.10-05:00",
+                        "1e3", "6.8523015e+5", "-.5", "+12", "- x", "---", "a: b", "a #b", "",
+                    ]).prop_map(str::to_string),
+                ],
+                1..60,
+            )
+        ) {
+            let data: serde_json::Map<String, serde_json::Value> = values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (format!("k{i}"), json!(v)))
+                .collect();
+            let value = json!({ "data": data });
+            let text = to_yaml(&value);
+            proptest::prop_assert_eq!(yaml_1_1_reading(&text), value, "{}", text);
+        }
     }
 }

@@ -126,9 +126,10 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// 2 when an input could not be read, 1 when a document was rejected, else 0.
+    /// 2 when an input could not be read or held no document at all, 1 when
+    /// a document was rejected, else 0.
     pub fn exit_code(&self) -> u8 {
-        if self.unreadable > 0 {
+        if self.unreadable > 0 || self.documents == 0 {
             2
         } else if self.rejected > 0 {
             1
@@ -333,6 +334,9 @@ fn summarize(reports: &[DocumentReport]) -> Summary {
 
 fn text_report(reports: &[DocumentReport], summary: &Summary) -> String {
     let mut out = problems(reports, true);
+    if summary.documents == 0 && summary.unreadable == 0 {
+        out.push_str("error: no documents found: nothing was checked (an empty file or directory, or only comments)\n");
+    }
     let _ = writeln!(
         out,
         "{} documents: {} accepted, {} rejected, {} skipped{}; {} errors, {} warnings",

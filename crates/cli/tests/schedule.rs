@@ -65,12 +65,15 @@ fn observed_status_taints_and_capacity_are_explained() {
 }
 
 #[test]
-fn a_selector_that_does_not_compile_holds_with_its_position() {
+fn a_selector_that_does_not_compile_is_refused_at_its_line_as_admission_refuses_it() {
     let args = ["schedule", "-f", "input.yaml"];
     let out = modelplane(&golden("invalid-selector"), &args);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("held, existing replicas stay"), "{text}");
+    assert!(
+        text.contains("input.yaml:43: ModelDeployment/qwen: spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel: Invalid value"),
+        "{text}"
+    );
     assert!(
         text.contains("found no matching overload for '_>=_'"),
         "{text}"

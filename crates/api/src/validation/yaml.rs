@@ -94,26 +94,63 @@ pub struct YamlError {
     pub message: String,
 }
 
+/// Nodes one document may hold: far more than the largest real manifests
+/// (a CustomResourceDefinition with a full pod template is about 100,000),
+/// few enough that a hostile document cannot exhaust memory. Counted per
+/// document, so a fleet of any number of documents loads.
+pub const MAX_NODES_PER_DOCUMENT: usize = 2_000_000;
+
 /// Parses every document of a YAML stream; empty documents are skipped.
+/// Limits apply to each document, not to the stream.
 pub fn parse_documents(text: &str) -> Result<Vec<Document>, YamlError> {
-    let nodes: Vec<Option<Spanned<Node>>> =
-        serde_saphyr::from_multiple(text).map_err(|e| YamlError {
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: MAX_NODES_PER_DOCUMENT,
+            max_events: 4 * MAX_NODES_PER_DOCUMENT,
+            // The text is in memory already; its size was the caller's choice.
+            max_reader_input_bytes: None,
+            max_total_scalar_bytes: 1 << 30,
+        },
+    };
+    let mut reader = text.as_bytes();
+    let mut documents = Vec::new();
+    for node in serde_saphyr::read_with_options::<_, Option<Spanned<Node>>>(&mut reader, options) {
+        let node = node.map_err(|e| YamlError {
             line: e.location().map(|l| l.line() as u32).unwrap_or(0),
-            // The parser's report spans several lines with a source excerpt;
-            // its first line says it all.
-            message: first_line(&e.to_string()),
+            message: plain_words(&first_line(&e.to_string())),
         })?;
-    Ok(nodes
-        .into_iter()
-        .flatten()
-        .filter(|n| !matches!(n.value, Node::Null))
-        .map(|node| {
-            let mut lines = HashMap::new();
-            let line = node.referenced.line() as u32;
-            let value = flatten(node, String::new(), &mut lines);
-            Document { line, value, lines }
-        })
-        .collect())
+        let Some(node) = node.filter(|n| !matches!(n.value, Node::Null)) else {
+            continue;
+        };
+        let mut lines = HashMap::new();
+        let line = node.referenced.line() as u32;
+        let value = flatten(node, String::new(), &mut lines);
+        documents.push(Document { line, value, lines });
+    }
+    Ok(documents)
+}
+
+/// The parser's report, without its internals: what a user can act on.
+fn plain_words(message: &str) -> String {
+    if let Some(key) = message
+        .strip_prefix("duplicate mapping key: ")
+        .and_then(|m| m.strip_suffix(", set DuplicateKeyPolicy in Options if acceptable"))
+    {
+        return format!("the key {key} appears twice in one mapping");
+    }
+    if message.starts_with("duplicate mapping key") {
+        return "a key appears twice in one mapping".into();
+    }
+    if let Some(breach) = message.strip_prefix("budget breached: ") {
+        let what = match breach.split_whitespace().next().unwrap_or_default() {
+            "Nodes" => format!("more than {MAX_NODES_PER_DOCUMENT} YAML nodes"),
+            "Depth" => "nesting deeper than YAML allows here".to_string(),
+            "Aliases" | "Anchors" => "too many anchors or aliases".to_string(),
+            _ => "more than a manifest may hold".to_string(),
+        };
+        return format!("the document is too large to read: it has {what}");
+    }
+    message.to_string()
 }
 
 fn first_line(report: &str) -> String {
@@ -269,5 +306,26 @@ mod tests {
     fn syntax_errors_carry_a_line() {
         let err = parse_documents("a: 1\nb: [\n").expect_err("unterminated flow sequence");
         assert!(err.line >= 2, "line {}", err.line);
+    }
+
+    #[test]
+    fn a_stream_of_many_documents_loads_and_limits_apply_per_document() {
+        let text: String = (0..3000)
+            .map(|i| format!("kind: A\nmetadata:\n  name: a{i}\n---\n"))
+            .collect();
+        let docs = parse_documents(&text).expect("3,000 documents");
+        assert_eq!(docs.len(), 3000);
+        assert_eq!(docs[2999].line, 3 * 4 * 1000 - 3);
+    }
+
+    #[test]
+    fn parser_internals_stay_out_of_messages() {
+        let err = parse_documents("a: 1\na: 2\n").expect_err("duplicate key");
+        assert!(
+            !err.message.contains("DuplicateKeyPolicy"),
+            "{}",
+            err.message
+        );
+        assert!(err.message.contains("appears twice"), "{}", err.message);
     }
 }
