@@ -46,8 +46,13 @@ pub const EXTERNAL_NAME: &str = "crossplane.io/external-name";
 
 /// Namespace of the control plane's internal objects.
 pub const SYSTEM_NAMESPACE: &str = "modelplane-system";
-/// Namespace of serving workloads and caches on workload clusters.
-pub const WORKLOAD_NAMESPACE: &str = "default";
+/// On a composed object that several Modelplane objects want (a team's
+/// namespace on a workload cluster): the controller creates it when missing,
+/// never takes ownership of it and never prunes it. (Serving workloads and
+/// caches live in their team's namespace — the ModelReplica's or
+/// ModelCache's — on the workload cluster, so two teams' objects never
+/// collide: see docs/isolation.md.)
+pub const SHARED: &str = "modelplane.ai/shared";
 /// The one InferenceGateway.
 pub const GATEWAY_NAME: &str = "default";
 /// Field manager of every server-side apply Modelplane makes.

@@ -157,12 +157,13 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
             CachePhase::Pending
         };
         let target = Target::Cluster((*cluster).to_string());
+        out.desired.push(Desired::team_namespace(cluster, &namespace));
         out.desired.push(Desired {
             target: target.clone(),
             object: json!({
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": { "name": pvc, "namespace": labels::WORKLOAD_NAMESPACE, "labels": cache_label },
+                "metadata": { "name": pvc, "namespace": namespace, "labels": cache_label },
                 "spec": {
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": class,
@@ -181,7 +182,7 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
                     object: json!({
                         "apiVersion": "v1",
                         "kind": "Secret",
-                        "metadata": { "name": secret, "namespace": labels::WORKLOAD_NAMESPACE, "labels": cache_label },
+                        "metadata": { "name": secret, "namespace": namespace, "labels": cache_label },
                         "data": { key.clone(): token },
                     }),
                     ready_when: ReadinessRule::Created,
@@ -199,7 +200,7 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
                 object: json!({
                     "apiVersion": "batch/v1",
                     "kind": "Job",
-                    "metadata": { "name": job, "namespace": labels::WORKLOAD_NAMESPACE, "labels": cache_label },
+                    "metadata": { "name": job, "namespace": namespace, "labels": cache_label },
                     "spec": {
                         "backoffLimit": 3,
                         "ttlSecondsAfterFinished": 180,

@@ -79,6 +79,21 @@ pub struct Desired {
 }
 
 impl Desired {
+    /// A team's namespace on a workload cluster, where its replicas' and
+    /// caches' objects live. Several objects want it, so it is marked
+    /// [`labels::SHARED`]: created when missing, never pruned.
+    pub fn team_namespace(cluster: &str, namespace: &str) -> Desired {
+        Desired {
+            target: Target::Cluster(cluster.to_string()),
+            object: serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": { "name": namespace, "annotations": { modelplane_api::labels::SHARED: "true" } },
+            }),
+            ready_when: ReadinessRule::Created,
+        }
+    }
+
     /// `kind` of the object.
     pub fn kind(&self) -> &str {
         self.object["kind"].as_str().unwrap_or_default()

@@ -365,3 +365,35 @@ fn the_v04_manifest_runs_the_same_commands_on_both_stacks_and_nothing_of_the_oth
     );
     assert!(dynamo_text.contains("MX_SERVER_ADDRESS") && dynamo_text.contains("kai-scheduler"));
 }
+
+#[test]
+fn two_teams_sharing_a_cluster_write_no_object_of_the_other() {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/model-deployment/two-teams-one-cluster/input.yaml"),
+    )
+    .expect("readable");
+    let (mds, caches) = deployments(&text);
+    assert_eq!(mds.len(), 2);
+    for stack in [Stack::Standard, Stack::Dynamo] {
+        let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+        for md in &mds {
+            let team = md.metadata.namespace.clone().unwrap_or_default();
+            for d in compose_on(md, &caches, stack) {
+                let modelplane_compose::Target::Cluster(cluster) = &d.target else {
+                    continue;
+                };
+                let namespace = d.object["metadata"]["namespace"].as_str().unwrap_or_default();
+                if d.kind() == "Namespace" {
+                    assert_eq!(d.name(), team, "a team's objects go to its own namespace");
+                    continue;
+                }
+                assert_eq!(namespace, team, "{stack:?}: {} {} is in {namespace}", d.kind(), d.name());
+                let key = format!("{cluster}/{}/{namespace}/{}", d.kind(), d.name());
+                if let Some(other) = seen.insert(key.clone(), team.clone()) {
+                    panic!("{stack:?}: {key} is written by {other} and {team}");
+                }
+            }
+        }
+    }
+}

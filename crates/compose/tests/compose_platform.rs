@@ -254,7 +254,7 @@ fn a_missing_token_is_reported_and_no_job_runs_without_it() {
     assert!(
         c.desired
             .iter()
-            .all(|d| d.kind() == "PersistentVolumeClaim")
+            .all(|d| matches!(d.kind(), "PersistentVolumeClaim" | "Namespace"))
     );
     let c = compose_model_cache(CacheInputs {
         cache: &cache,

@@ -169,9 +169,13 @@ fn an_unreadable_or_empty_cluster_list_holds() {
 
 #[test]
 fn a_selector_that_does_not_compile_holds() {
-    let md = deployments(&MD.replace("device.driver == 'gpu.nvidia.com'", "device.driver"))
-        .0
-        .remove(0);
+    // Admission refuses such a selector now; one stored before (or written
+    // to a real cluster without Modelplane's admission) must still hold.
+    let mut md = deployments(MD).0.remove(0);
+    let text = serde_json::to_string(&md)
+        .expect("json")
+        .replace("device.driver == 'gpu.nvidia.com'", "device.driver");
+    md = serde_json::from_str(&text).expect("typed");
     let (clusters, _) = views(Stack::Standard);
     let c = compose_model_deployment(DeploymentInputs {
         deployment: &md,

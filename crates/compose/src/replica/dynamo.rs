@@ -71,6 +71,7 @@ impl StackComposer for Dynamo {
     fn workload(&self, plan: EnginePlan) -> Desired {
         let EnginePlan {
             replica,
+            namespace,
             cluster,
             workload_name,
             copies,
@@ -122,7 +123,7 @@ impl StackComposer for Dynamo {
             "kind": "PodCliqueSet",
             "metadata": {
                 "name": workload_name,
-                "namespace": labels::WORKLOAD_NAMESPACE,
+                "namespace": namespace,
                 "labels": { labels::KAI_QUEUE_LABEL: labels::KAI_QUEUE },
             },
             "spec": { "replicas": copies, "template": template },

@@ -55,6 +55,8 @@ pub enum Shape {
 pub struct EnginePlan {
     /// The replica's name (the serving label value).
     pub replica: String,
+    /// The replica's namespace: where its objects go on the cluster.
+    pub namespace: String,
     /// The cluster.
     pub cluster: String,
     /// The workload's name.
@@ -99,6 +101,7 @@ fn composer(stack: Stack) -> &'static dyn StackComposer {
 /// The ResourceClaimTemplate of a member that claims devices.
 fn claim_template(
     cluster: &str,
+    namespace: &str,
     replica: &str,
     engine: &str,
     member: &ReplicaMember,
@@ -130,7 +133,7 @@ fn claim_template(
             "kind": "ResourceClaimTemplate",
             "metadata": {
                 "name": names::claim_template_name(replica, engine, role_name(member.role())),
-                "namespace": modelplane_api::labels::WORKLOAD_NAMESPACE,
+                "namespace": namespace,
             },
             "spec": { "spec": { "devices": { "requests": requests } } },
         }),
@@ -176,6 +179,7 @@ fn plan_engine(
     EnginePlan {
         workload_name: workload_name(stack, &replica_name, &engine.name),
         replica: replica_name,
+        namespace: replica.metadata.namespace.clone().unwrap_or_default(),
         cluster: cluster.to_string(),
         copies: engine.copies(),
         shape,
@@ -251,10 +255,13 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
 
     let composer = composer(stack);
     let mut workloads = Vec::new();
+    out.desired
+        .push(Desired::team_namespace(&cluster_name, &namespace));
     for (engine, plan) in replica.spec.engines.iter().zip(plans) {
         for member in &engine.members {
             out.desired.extend(claim_template(
                 &cluster_name,
+                &namespace,
                 &replica_name,
                 &engine.name,
                 member,

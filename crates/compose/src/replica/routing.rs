@@ -193,7 +193,8 @@ pub fn routing_objects(
     block_size: i64,
     disaggregated: bool,
 ) -> Vec<Desired> {
-    let ns = labels::WORKLOAD_NAMESPACE;
+    // The team's namespace on the cluster: pools select only its pods.
+    let ns = namespace;
     let pool = child_name(&[replica, "pool"]);
     let epp = child_name(&[replica, "epp"]);
     let config = epp_config(block_size, disaggregated);

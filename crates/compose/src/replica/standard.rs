@@ -15,6 +15,7 @@ impl StackComposer for Standard {
     fn workload(&self, plan: EnginePlan) -> Desired {
         let EnginePlan {
             replica,
+            namespace,
             cluster,
             workload_name,
             copies,
@@ -28,7 +29,7 @@ impl StackComposer for Standard {
                 json!({
                     "apiVersion": "apps/v1",
                     "kind": "Deployment",
-                    "metadata": { "name": workload_name, "namespace": labels::WORKLOAD_NAMESPACE },
+                    "metadata": { "name": workload_name, "namespace": namespace },
                     "spec": {
                         "replicas": copies,
                         "selector": { "matchLabels": { labels::WORKLOAD: workload_name } },
@@ -57,7 +58,7 @@ impl StackComposer for Standard {
                 json!({
                     "apiVersion": "leaderworkerset.x-k8s.io/v1",
                     "kind": "LeaderWorkerSet",
-                    "metadata": { "name": workload_name, "namespace": labels::WORKLOAD_NAMESPACE },
+                    "metadata": { "name": workload_name, "namespace": namespace },
                     "spec": {
                         "replicas": copies,
                         "leaderWorkerTemplate": {
