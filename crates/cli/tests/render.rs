@@ -69,7 +69,7 @@ fn the_cluster_filter_keeps_only_that_clusters_objects() {
     assert!(text.contains("kind: PodCliqueSet") && !text.contains("kind: LeaderWorkerSet"));
     // The stack's own objects land there too, and its releases are named.
     assert!(text.contains("kind: Gateway\n") && text.contains("kind: Queue\n"));
-    assert!(text.contains("#   release grove v0.1.0-alpha.13 (grove-charts) in grove-system"));
+    assert!(text.contains("#   release grove v0.1.0-alpha.12-rc1 (grove-charts) in grove-system"));
     assert!(!text.contains("kind: Release"));
     let out = modelplane(&["render", "-f", "examples/", "--cluster", "nowhere"]);
     assert_eq!(out.status.code(), Some(1));

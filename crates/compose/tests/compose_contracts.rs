@@ -156,25 +156,74 @@ fn expand(value: &str, env: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// Where a stack's controller puts its variables in a container's env.
+#[derive(Clone, Copy)]
+enum Injected {
+    /// Ahead of the template's (LWS's webhook).
+    First,
+    /// After the template's (released Grove, up to v0.1.0-alpha.12-rc1).
+    Last,
+}
+
 /// The environment of a container after the stack's injected variables and
-/// the kubelet's expansion.
-fn resolved_env(injected: &[(&str, String)], container: &Container) -> BTreeMap<String, String> {
-    let mut env = BTreeMap::new();
-    let mut list: Vec<(String, String)> = injected
+/// the kubelet's expansion: each value sees only the variables before it;
+/// `fieldRef`s read the pod's labels (the downward API).
+fn resolved_env(
+    injected: &[(&str, String)],
+    order: Injected,
+    pod_labels: &BTreeMap<String, String>,
+    container: &Container,
+) -> BTreeMap<String, String> {
+    let injected_list: Vec<(String, String)> = injected
         .iter()
         .map(|(k, v)| (k.to_string(), v.clone()))
         .collect();
     let injected_names: Vec<&str> = injected.iter().map(|(k, _)| *k).collect();
-    for EnvVar { name, value, .. } in container.env.clone().unwrap_or_default() {
-        if !injected_names.contains(&name.as_str()) {
-            list.push((name, value.unwrap_or_default()));
+    let mut template = Vec::new();
+    for EnvVar {
+        name,
+        value,
+        value_from,
+    } in container.env.clone().unwrap_or_default()
+    {
+        if injected_names.contains(&name.as_str()) {
+            continue;
         }
+        let value = match value_from.and_then(|f| f.field_ref) {
+            Some(field) => {
+                let key = field
+                    .field_path
+                    .strip_prefix("metadata.labels['")
+                    .and_then(|k| k.strip_suffix("']"))
+                    .expect("only label fieldRefs are composed");
+                pod_labels.get(key).cloned().unwrap_or_default()
+            }
+            None => value.unwrap_or_default(),
+        };
+        template.push((name, value));
     }
+    let list = match order {
+        Injected::First => injected_list.into_iter().chain(template).collect::<Vec<_>>(),
+        Injected::Last => template.into_iter().chain(injected_list).collect(),
+    };
+    let mut env = BTreeMap::new();
     for (name, value) in list {
         let expanded = expand(&value, &env);
         env.insert(name, expanded);
     }
     env
+}
+
+/// `command` and `args` as the kubelet runs them: expanded from the whole
+/// environment, whatever the order.
+fn resolved_command(container: &Container, env: &BTreeMap<String, String>) -> Vec<String> {
+    container
+        .command
+        .iter()
+        .flatten()
+        .chain(container.args.iter().flatten())
+        .map(|a| expand(a, env))
+        .collect()
 }
 
 fn gang(nodes: u32) -> ModelDeployment {
@@ -191,11 +240,11 @@ spec:
         members:
         - role: Leader
           nodeSelector: {{ devices: [{{ name: gpu, count: 8, selectors: [{{ cel: "true" }}] }}] }}
-          template: {{ spec: {{ containers: [{{ name: engine, image: img, env: [{{ name: ADDR, value: "$(MODELPLANE_LEADER_ADDRESS):29500" }}] }}] }} }}
+          template: {{ spec: {{ containers: [{{ name: engine, image: img, command: [sh, -c, "serve --head $(MODELPLANE_LEADER_ADDRESS) --rank $(MODELPLANE_RANK)"], env: [{{ name: ADDR, value: "$(MODELPLANE_LEADER_ADDRESS):29500" }}] }}] }} }}
         - role: Worker
           worker: {{ nodes: {nodes} }}
           nodeSelector: {{ devices: [{{ name: gpu, count: 8, selectors: [{{ cel: "true" }}] }}] }}
-          template: {{ spec: {{ containers: [{{ name: engine, image: img }}] }} }}
+          template: {{ spec: {{ containers: [{{ name: engine, image: img, args: ["--join=$(MODELPLANE_LEADER_ADDRESS)", "--rank=$(MODELPLANE_RANK)"] }}] }} }}
 "#
     );
     deployments(&text).0.remove(0)
@@ -219,7 +268,7 @@ fn leader_address_and_rank_resolve_on_the_standard_stack() {
         let name = lws.metadata.name.clone().unwrap_or_default();
         let size = lws.spec.leader_worker_template.size.unwrap_or(1);
         assert_eq!(size, 1 + nodes as i32);
-        let leader_dns = format!("{name}-0.{name}.default");
+        let leader_dns = format!("{name}-0.{name}.ml");
         let mut ranks = Vec::new();
         for index in 0..size {
             let template = if index == 0 {
@@ -237,9 +286,12 @@ fn leader_address_and_rank_resolve_on_the_standard_stack() {
                 ("LWS_GROUP_SIZE", size.to_string()),
                 ("LWS_WORKER_INDEX", index.to_string()),
             ];
-            let env = resolved_env(&injected, container);
+            let env = resolved_env(&injected, Injected::First, &BTreeMap::new(), container);
             assert_eq!(env["MODELPLANE_LEADER_ADDRESS"], leader_dns, "pod {index}");
             ranks.push(env["MODELPLANE_RANK"].clone());
+            let command = resolved_command(container, &env).join(" ");
+            assert!(!command.contains("$("), "pod {index}: {command}");
+            assert!(command.contains(&leader_dns), "pod {index}: {command}");
             if index == 0 {
                 assert_eq!(env["ADDR"], format!("{leader_dns}:29500"));
             }
@@ -264,7 +316,7 @@ fn leader_address_and_rank_resolve_on_the_dynamo_stack() {
             .expect("a scaling group")[0]
             .name
             .clone();
-        let headless = format!("{name}-0.default.svc.cluster.local");
+        let headless = format!("{name}-0.ml.svc.cluster.local");
         let leader_dns = format!("{name}-0-{group}-0-leader-0.{headless}");
         let total = pcs.spec.template.cliques.len();
         assert_eq!(total, 1 + nodes as usize);
@@ -292,11 +344,29 @@ fn leader_address_and_rank_resolve_on_the_dynamo_stack() {
                     .map(String::as_str),
                 Some("modelplane")
             );
-            let env = resolved_env(&injected, &spec.containers[0]);
+            // The labels Grove gives every pod of set replica 0, group replica 0.
+            let pod_labels = BTreeMap::from([
+                ("grove.io/podcliqueset-replica-index".to_string(), "0".to_string()),
+                ("grove.io/podcliquescalinggroup-replica-index".to_string(), "0".to_string()),
+                ("grove.io/podclique".to_string(), pclq.clone()),
+            ]);
+            // Released Grove appends its variables after the template's.
+            let env = resolved_env(&injected, Injected::Last, &pod_labels, &spec.containers[0]);
             assert_eq!(
                 env["MODELPLANE_LEADER_ADDRESS"], leader_dns,
                 "clique {}",
                 clique.name
+            );
+            let command = resolved_command(&spec.containers[0], &env).join(" ");
+            assert!(!command.contains("$("), "clique {}: {command}", clique.name);
+            assert!(command.contains(&leader_dns), "clique {}: {command}", clique.name);
+            if clique.name == "leader" {
+                assert_eq!(env["ADDR"], format!("{leader_dns}:29500"));
+            }
+            assert_eq!(
+                pcs.spec.template.priority_class_name.as_deref(),
+                Some("inference"),
+                "gangs are not preemptible on KAI"
             );
             assert_eq!(env["MX_SERVER_ADDRESS"], env["MODEL_EXPRESS_URL"]);
             ranks.push(env["MODELPLANE_RANK"].clone());

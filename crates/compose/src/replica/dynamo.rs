@@ -4,9 +4,14 @@
 //!
 //! A Leader+Worker engine is a leader clique and one worker clique per rank
 //! inside one PodCliqueScalingGroup, all-or-nothing (`minAvailable` equals
-//! `replicas` everywhere). The rank is a literal per clique; the leader's
-//! address is built from Grove's discovery variables, which Grove puts ahead
-//! of the template's env (Grove with PR #753, as the Dynamo recipe pins).
+//! `replicas` everywhere). The rank is a literal per clique. The leader's
+//! address is built from the pod's own Grove labels (replica indexes of the
+//! set and of the scaling group) read through the downward API into
+//! variables placed ahead of the user's env: released Grove (the recipe pins
+//! v0.1.0-alpha.12-rc1) appends its discovery variables *after* the
+//! template's env, where an env value cannot refer to them, so the alias
+//! must not depend on them. Every gang runs at KAI's non-preemptible
+//! `inference` priority (KAI would otherwise treat it as preemptible `train`).
 //! When Grove exposes a group-wide pod index, one worker clique with
 //! `replicas: nodes` and `MODELPLANE_RANK=$(GROVE_PCSG_POD_INDEX)` replaces
 //! the per-rank cliques here, and nowhere else.
@@ -28,9 +33,31 @@ const LEADER: &str = "leader";
 /// The clique of a Standalone engine.
 const STANDALONE: &str = "engine";
 
-/// The leader pod's address from Grove's variables.
-const LEADER_ADDRESS: &str =
-    "$(GROVE_PCSG_NAME)-$(GROVE_PCSG_INDEX)-leader-0.$(GROVE_HEADLESS_SERVICE)";
+/// Grove's pod labels holding the set's and the scaling group's replica
+/// index, and the variables Modelplane reads them into.
+const PCS_INDEX: (&str, &str) = (
+    "MODELPLANE_GROVE_PCS_INDEX",
+    "metadata.labels['grove.io/podcliqueset-replica-index']",
+);
+const PCSG_INDEX: (&str, &str) = (
+    "MODELPLANE_GROVE_PCSG_INDEX",
+    "metadata.labels['grove.io/podcliquescalinggroup-replica-index']",
+);
+/// KAI's predefined non-preemptible class for serving.
+const PRIORITY_CLASS: &str = "inference";
+
+/// A variable from the downward API.
+fn field_env(name: &str, path: &str) -> Value {
+    json!({ "name": name, "valueFrom": { "fieldRef": { "fieldPath": path } } })
+}
+
+/// The leader pod's address, as Grove names it: hostname
+/// `<set>-<i>-<group>-<j>-leader-0` in the set replica's headless service
+/// `<set>-<i>`, in the pod's namespace.
+fn leader_address(set: &str, namespace: &str) -> String {
+    let (i, j) = (PCS_INDEX.0, PCSG_INDEX.0);
+    format!("{set}-$({i})-{GROUP}-$({j})-{LEADER}-0.{set}-$({i}).{namespace}.svc.cluster.local")
+}
 
 fn model_express() -> Vec<Value> {
     vec![
@@ -92,9 +119,12 @@ impl StackComposer for Dynamo {
                 worker,
                 nodes,
             } => {
+                let address = leader_address(&workload_name, &namespace);
                 let gang_env = |rank: u32| {
                     let mut vars = vec![
-                        env(labels::LEADER_ADDRESS_ENV, LEADER_ADDRESS),
+                        field_env(PCS_INDEX.0, PCS_INDEX.1),
+                        field_env(PCSG_INDEX.0, PCSG_INDEX.1),
+                        env(labels::LEADER_ADDRESS_ENV, &address),
                         env(labels::RANK_ENV, &rank.to_string()),
                     ];
                     vars.extend(model_express());
@@ -118,6 +148,7 @@ impl StackComposer for Dynamo {
                 );
             }
         }
+        template.insert("priorityClassName".into(), json!(PRIORITY_CLASS));
         let object = json!({
             "apiVersion": "grove.io/v1alpha1",
             "kind": "PodCliqueSet",
