@@ -51,8 +51,19 @@ pub struct GatewayArgs {
     #[arg(long, value_name = "MS", default_value_t = 2000)]
     connect_timeout_ms: u64,
     /// Time allowed for an engine's response head, in seconds (504 beyond).
-    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
-    upstream_timeout: u64,
+    /// vLLM sends it when a non-streamed answer is complete, so it is long; a
+    /// ModelService may set its own (annotation modelplane.ai/first-byte-timeout).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1800)]
+    first_byte_timeout: u64,
+    /// Longest silence between two chunks of a streamed answer, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    idle_timeout: u64,
+    /// Time a client has to send its request head, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    header_read_timeout: u64,
+    /// Connections open at once; beyond, new ones wait to be accepted.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_connections: usize,
     /// Seconds between active health checks.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     health_interval: u64,
@@ -76,7 +87,13 @@ pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
     let config = GatewayConfig {
         max_body: args.max_body,
         connect_timeout: Duration::from_millis(args.connect_timeout_ms),
-        upstream_timeout: Duration::from_secs(args.upstream_timeout),
+        first_byte_timeout: Duration::from_secs(args.first_byte_timeout),
+        idle_timeout: Duration::from_secs(args.idle_timeout),
+        listener: modelplane_gateway::server::ListenerLimits {
+            header_read_timeout: Duration::from_secs(args.header_read_timeout.max(1)),
+            max_connections: args.max_connections.max(1),
+            ..modelplane_gateway::server::ListenerLimits::default()
+        },
         health_interval: Duration::from_secs(args.health_interval.max(1)),
         ..GatewayConfig::default()
     };

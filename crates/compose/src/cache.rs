@@ -157,7 +157,8 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
             CachePhase::Pending
         };
         let target = Target::Cluster((*cluster).to_string());
-        out.desired.push(Desired::team_namespace(cluster, &namespace));
+        out.desired
+            .push(Desired::team_namespace(cluster, &namespace));
         out.desired.push(Desired {
             target: target.clone(),
             object: json!({

@@ -203,7 +203,10 @@ fn resolved_env(
         template.push((name, value));
     }
     let list = match order {
-        Injected::First => injected_list.into_iter().chain(template).collect::<Vec<_>>(),
+        Injected::First => injected_list
+            .into_iter()
+            .chain(template)
+            .collect::<Vec<_>>(),
         Injected::Last => template.into_iter().chain(injected_list).collect(),
     };
     let mut env = BTreeMap::new();
@@ -346,8 +349,14 @@ fn leader_address_and_rank_resolve_on_the_dynamo_stack() {
             );
             // The labels Grove gives every pod of set replica 0, group replica 0.
             let pod_labels = BTreeMap::from([
-                ("grove.io/podcliqueset-replica-index".to_string(), "0".to_string()),
-                ("grove.io/podcliquescalinggroup-replica-index".to_string(), "0".to_string()),
+                (
+                    "grove.io/podcliqueset-replica-index".to_string(),
+                    "0".to_string(),
+                ),
+                (
+                    "grove.io/podcliquescalinggroup-replica-index".to_string(),
+                    "0".to_string(),
+                ),
                 ("grove.io/podclique".to_string(), pclq.clone()),
             ]);
             // Released Grove appends its variables after the template's.
@@ -359,7 +368,11 @@ fn leader_address_and_rank_resolve_on_the_dynamo_stack() {
             );
             let command = resolved_command(&spec.containers[0], &env).join(" ");
             assert!(!command.contains("$("), "clique {}: {command}", clique.name);
-            assert!(command.contains(&leader_dns), "clique {}: {command}", clique.name);
+            assert!(
+                command.contains(&leader_dns),
+                "clique {}: {command}",
+                clique.name
+            );
             if clique.name == "leader" {
                 assert_eq!(env["ADDR"], format!("{leader_dns}:29500"));
             }
@@ -453,12 +466,20 @@ fn two_teams_sharing_a_cluster_write_no_object_of_the_other() {
                 let modelplane_compose::Target::Cluster(cluster) = &d.target else {
                     continue;
                 };
-                let namespace = d.object["metadata"]["namespace"].as_str().unwrap_or_default();
+                let namespace = d.object["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default();
                 if d.kind() == "Namespace" {
                     assert_eq!(d.name(), team, "a team's objects go to its own namespace");
                     continue;
                 }
-                assert_eq!(namespace, team, "{stack:?}: {} {} is in {namespace}", d.kind(), d.name());
+                assert_eq!(
+                    namespace,
+                    team,
+                    "{stack:?}: {} {} is in {namespace}",
+                    d.kind(),
+                    d.name()
+                );
                 let key = format!("{cluster}/{}/{namespace}/{}", d.kind(), d.name());
                 if let Some(other) = seen.insert(key.clone(), team.clone()) {
                     panic!("{stack:?}: {key} is written by {other} and {team}");

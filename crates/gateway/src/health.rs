@@ -1,11 +1,11 @@
 //! Active health checks: every `health_interval`, each endpoint Modelplane
 //! composed gets `GET …/health` (below its rewrite path, as the engine
-//! serves it); a failure or a timeout takes it out of rotation until a check
-//! passes again. External endpoints (SaaS providers) are not probed: their
+//! serves it); what a result does to the endpoint is decided in
+//! [`crate::outlier`] (out after several failures in a row, back with the
+//! first pass). External endpoints (SaaS providers) are not probed: their
 //! failures count passively, request by request.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use http::{Request, Uri};
 
@@ -44,7 +44,6 @@ pub async fn probe(gateway: &Gateway, endpoint: &Endpoint) -> bool {
         }
         Err(_) => false,
     };
-    let was = endpoint.state.probe_ok.swap(ok, Ordering::Relaxed);
     if !ok {
         gateway
             .metrics()
@@ -54,13 +53,7 @@ pub async fn probe(gateway: &Gateway, endpoint: &Endpoint) -> bool {
             })
             .inc();
     }
-    if was != ok {
-        if ok {
-            tracing::info!(endpoint = %endpoint.id, "health check passes again");
-        } else {
-            tracing::warn!(endpoint = %endpoint.id, "health check failed: out of rotation");
-        }
-    }
+    gateway.probed(endpoint, ok);
     ok
 }
 

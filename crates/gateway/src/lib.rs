@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod health;
 pub mod metrics;
+pub mod outlier;
 pub mod proxy;
 pub mod select;
 pub mod server;

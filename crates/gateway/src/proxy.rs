@@ -39,7 +39,7 @@ use serde_json::json;
 
 use crate::body::{ScanError, as_str, top_level_fields};
 use crate::error::{ErrorKind, GatewayError};
-use crate::metrics::{EndpointLabels, Metrics, RequestLabels, ServiceLabels};
+use crate::metrics::{Metrics, RequestLabels};
 use crate::select::{Rng, pick};
 use crate::table::{ApiKey, Endpoint, ModelMatch, Service, Table};
 
@@ -50,12 +50,21 @@ pub struct GatewayConfig {
     pub max_body: usize,
     /// Time allowed to connect to an engine.
     pub connect_timeout: Duration,
-    /// Time allowed for an engine's response head.
-    pub upstream_timeout: Duration,
-    /// Endpoints tried per request (connect failures only).
+    /// Time allowed for an engine's response head: vLLM sends it only when a
+    /// non-streamed answer is complete, so it is long; a service may set its
+    /// own ([`crate::table::FIRST_BYTE_TIMEOUT_ANNOTATION`]).
+    pub first_byte_timeout: Duration,
+    /// Longest silence between two chunks of an answer being streamed.
+    pub idle_timeout: Duration,
+    /// Endpoints tried per request (only what provably was not processed).
     pub max_attempts: usize,
     /// Failures in a row that eject an endpoint.
     pub eject_after: u32,
+    /// Most of a group's endpoints ejected at once, in percent (at least one
+    /// may always be); Envoy's `max_ejection_percent`.
+    pub max_ejected_percent: u32,
+    /// Failed active health checks in a row that take an endpoint out.
+    pub probe_failures_to_eject: u32,
     /// First ejection's length; each next one doubles, up to `max_ejection`.
     pub base_ejection: Duration,
     /// Longest ejection.
@@ -64,6 +73,8 @@ pub struct GatewayConfig {
     pub health_interval: Duration,
     /// Time allowed for one health check.
     pub health_timeout: Duration,
+    /// What the listener allows a client.
+    pub listener: crate::server::ListenerLimits,
 }
 
 impl Default for GatewayConfig {
@@ -71,13 +82,17 @@ impl Default for GatewayConfig {
         GatewayConfig {
             max_body: 16 * 1024 * 1024,
             connect_timeout: Duration::from_secs(2),
-            upstream_timeout: Duration::from_secs(120),
+            first_byte_timeout: Duration::from_secs(30 * 60),
+            idle_timeout: Duration::from_secs(5 * 60),
             max_attempts: 3,
             eject_after: 3,
+            max_ejected_percent: 50,
+            probe_failures_to_eject: 3,
             base_ejection: Duration::from_secs(1),
             max_ejection: Duration::from_secs(30),
             health_interval: Duration::from_secs(5),
             health_timeout: Duration::from_secs(1),
+            listener: crate::server::ListenerLimits::default(),
         }
     }
 }
@@ -134,6 +149,9 @@ impl Gateway {
     /// Swaps in a new table; requests already routed keep the old one.
     pub fn publish(&self, table: Table, compile_time: Duration) {
         self.metrics.compile_seconds.set(compile_time.as_secs_f64());
+        for service in table.services() {
+            service_metrics(self, service);
+        }
         if let Ok(mut current) = self.table.write() {
             *current = Arc::new(table);
         }
@@ -164,43 +182,6 @@ impl Gateway {
     /// The upstream client (health checks share its connections).
     pub(crate) fn client(&self) -> &Client<Connector, UpstreamBody> {
         &self.client
-    }
-
-    /// Counts a failure against `endpoint`, ejecting it after enough in a row.
-    pub(crate) fn failed(&self, endpoint: &Endpoint) {
-        let state = &endpoint.state;
-        let failures = state.failures.fetch_add(1, Ordering::Relaxed) + 1;
-        if failures < self.config.eject_after {
-            return;
-        }
-        state.failures.store(0, Ordering::Relaxed);
-        let ejections = state.ejections.fetch_add(1, Ordering::Relaxed).min(16);
-        let length = self
-            .config
-            .base_ejection
-            .saturating_mul(1 << ejections)
-            .min(self.config.max_ejection);
-        state
-            .ejected_until
-            .store(self.now_ms() + length.as_millis() as u64, Ordering::Relaxed);
-        self.metrics
-            .ejections
-            .get_or_create(&EndpointLabels {
-                endpoint: endpoint.id.clone(),
-            })
-            .inc();
-        tracing::warn!(endpoint = %endpoint.id, seconds = length.as_secs_f64(), "endpoint ejected after {failures} failures in a row");
-    }
-
-    /// Clears `endpoint`'s failure count.
-    pub(crate) fn succeeded(&self, endpoint: &Endpoint) {
-        let state = &endpoint.state;
-        if state.failures.load(Ordering::Relaxed) != 0 {
-            state.failures.store(0, Ordering::Relaxed);
-        }
-        if state.ejections.load(Ordering::Relaxed) != 0 {
-            state.ejections.store(0, Ordering::Relaxed);
-        }
     }
 }
 
@@ -234,43 +215,69 @@ pub async fn handle(
     let started = Instant::now();
     gateway.metrics.in_flight.inc();
     let in_flight = InFlight(gateway.clone());
-    let mut ctx = RequestCtx {
-        service: String::new(),
-        endpoint: String::new(),
-    };
+    let mut ctx = RequestCtx::default();
     let response = match route(&gateway, req, &mut ctx, started, in_flight).await {
         Ok(response) => response,
         Err(e) => {
             if e.source() != crate::error::Source::Client {
-                tracing::warn!(service = %ctx.service, endpoint = %ctx.endpoint, code = e.code(), "{}", e.message);
+                tracing::warn!(
+                    service = ctx.service_id(),
+                    endpoint = ctx.endpoint_id(),
+                    code = e.code(),
+                    "{}",
+                    e.message
+                );
             }
             e.response()
         }
     };
     let status = response.status().as_u16();
     tracing::debug!(
-        service = %ctx.service,
-        endpoint = %ctx.endpoint,
+        service = ctx.service_id(),
+        endpoint = ctx.endpoint_id(),
         status,
         head_ms = started.elapsed().as_secs_f64() * 1e3,
         "request"
     );
-    gateway
-        .metrics
-        .requests
-        .get_or_create(&RequestLabels {
-            service: ctx.service,
-            endpoint: ctx.endpoint,
-            status,
-        })
-        .inc();
+    // The common answer counts through a handle made at publish time.
+    let cached = (status == 200)
+        .then(|| ctx.service.as_ref()?.metrics.get())
+        .flatten()
+        .and_then(|m| m.ok_by_endpoint.get(ctx.endpoint_id()));
+    match cached {
+        Some(counter) => {
+            counter.inc();
+        }
+        None => {
+            gateway
+                .metrics
+                .requests
+                .get_or_create(&RequestLabels {
+                    service: ctx.service_id().to_string(),
+                    endpoint: ctx.endpoint_id().to_string(),
+                    status,
+                })
+                .inc();
+        }
+    }
     Ok(response)
 }
 
 /// What the phases learned about one request.
+#[derive(Default)]
 struct RequestCtx {
-    service: String,
-    endpoint: String,
+    service: Option<Arc<Service>>,
+    endpoint: Option<Arc<Endpoint>>,
+}
+
+impl RequestCtx {
+    fn service_id(&self) -> &str {
+        self.service.as_ref().map_or("", |s| s.id.as_str())
+    }
+
+    fn endpoint_id(&self) -> &str {
+        self.endpoint.as_ref().map_or("", |e| e.id.as_str())
+    }
 }
 
 /// Decrements the in-flight gauge when the request's response ends.
@@ -340,7 +347,7 @@ async fn route(
                 ));
             }
         };
-        ctx.service = service.id.clone();
+        ctx.service = Some(service.clone());
         // As if it had come in under the service's prefix.
         let relative = parts
             .uri
@@ -374,7 +381,7 @@ async fn route(
             format!("The service `{service_id}` does not exist or you do not have access to it."),
         ));
     };
-    ctx.service = service.id.clone();
+    ctx.service = Some(service.clone());
     let (parts, body) = req.into_parts();
     if content_length(&parts.headers).is_some_and(|n| n > gateway.config.max_body as u64) {
         return Err(too_large(gateway));
@@ -663,7 +670,7 @@ async fn proxy(
                 },
             ));
         };
-        ctx.endpoint = endpoint.id.clone();
+        ctx.endpoint = Some(endpoint.clone());
         let uri = Uri::builder()
             .scheme(endpoint.scheme.clone())
             .authority(endpoint.authority.clone())
@@ -697,19 +704,19 @@ async fn proxy(
         }
         let outstanding = Outstanding::new(&endpoint);
         let sent = Instant::now();
-        let result = tokio::time::timeout(
-            gateway.config.upstream_timeout,
-            gateway.client.request(request),
-        )
-        .await;
+        let first_byte_timeout = service
+            .first_byte_timeout
+            .unwrap_or(gateway.config.first_byte_timeout);
+        let result =
+            tokio::time::timeout(first_byte_timeout, gateway.client.request(request)).await;
         match result {
             Err(_) => {
-                gateway.failed(&endpoint);
+                gateway.failed(service, &endpoint);
                 return Err(GatewayError::new(
                     ErrorKind::UpstreamTimeout,
                     format!(
-                        "The endpoint `{}` did not answer within {:?}.",
-                        endpoint.id, gateway.config.upstream_timeout
+                        "The endpoint `{}` did not answer within {first_byte_timeout:?}.",
+                        endpoint.id
                     ),
                 ));
             }
@@ -718,7 +725,7 @@ async fn proxy(
                     && body.retryable()
                     && tried.len() + 1 < gateway.config.max_attempts =>
             {
-                gateway.failed(&endpoint);
+                gateway.failed(service, &endpoint);
                 tracing::debug!(endpoint = %endpoint.id, "not sent, retrying elsewhere: {e}");
                 count_retry(gateway, service);
                 tried.push(endpoint);
@@ -736,7 +743,7 @@ async fn proxy(
                 continue;
             }
             Ok(Err(e)) => {
-                gateway.failed(&endpoint);
+                gateway.failed(service, &endpoint);
                 let kind = if e.is_connect() {
                     ErrorKind::NoHealthyEndpoint
                 } else {
@@ -749,33 +756,27 @@ async fn proxy(
             }
             Ok(Ok(response)) => {
                 if response.status().is_server_error() && !is_busy(response.status()) {
-                    gateway.failed(&endpoint);
+                    gateway.failed(service, &endpoint);
                 } else {
                     gateway.succeeded(&endpoint);
                 }
-                let labels = ServiceLabels {
-                    service: service.id.clone(),
-                };
-                gateway
-                    .metrics
+                let metrics = service_metrics(gateway, service);
+                metrics
                     .upstream_latency
-                    .get_or_create(&labels)
                     .observe(sent.elapsed().as_secs_f64());
                 if let Some(sent_bytes) = body.sent_bytes() {
-                    gateway
-                        .metrics
-                        .request_bytes
-                        .get_or_create(&labels)
-                        .inc_by(sent_bytes);
+                    metrics.request_bytes.inc_by(sent_bytes);
                 }
                 let (mut head, incoming) = response.into_parts();
                 for name in &HOP_BY_HOP {
                     head.headers.remove(name);
                 }
+                let idle_timeout = gateway.config.idle_timeout;
                 let tracked = Tracked {
                     inner: incoming,
-                    gateway: gateway.clone(),
-                    labels,
+                    idle: Box::pin(tokio::time::sleep(idle_timeout)),
+                    idle_timeout,
+                    metrics,
                     started,
                     first_byte: false,
                     bytes: 0,
@@ -813,13 +814,22 @@ fn is_busy(status: StatusCode) -> bool {
 }
 
 fn count_retry(gateway: &Gateway, service: &Service) {
-    gateway
+    service_metrics(gateway, service).retries.inc();
+}
+
+/// The service's metric handles: made at publish time; made now for a
+/// service served from a table that was never published (tests).
+fn service_metrics(gateway: &Gateway, service: &Service) -> Arc<crate::metrics::ServiceMetrics> {
+    service
         .metrics
-        .retries
-        .get_or_create(&ServiceLabels {
-            service: service.id.clone(),
+        .get_or_init(|| {
+            let endpoints = service.self_hosted.iter().chain(&service.external);
+            let ids = endpoints
+                .flat_map(|g| g.endpoints.iter())
+                .map(|e| e.id.as_str());
+            Arc::new(gateway.metrics.for_service(&service.id, ids))
         })
-        .inc();
+        .clone()
 }
 
 /// The whole chain of an error, for messages.
@@ -1014,14 +1024,17 @@ impl From<Bytes> for GatewayBody {
     }
 }
 
+/// Why a body stopped: the engine's connection failed, or it went silent.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 impl Body for GatewayBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             GatewayBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             GatewayBody::Proxied(tracked) => Pin::new(tracked.as_mut()).poll_frame(cx),
@@ -1050,8 +1063,10 @@ impl Body for GatewayBody {
 /// the client goes away (dropping it also drops the upstream request).
 pub struct Tracked {
     inner: Incoming,
-    gateway: Arc<Gateway>,
-    labels: ServiceLabels,
+    /// Fires when the engine sends nothing for the idle timeout.
+    idle: Pin<Box<tokio::time::Sleep>>,
+    idle_timeout: Duration,
+    metrics: Arc<crate::metrics::ServiceMetrics>,
     started: Instant,
     first_byte: bool,
     bytes: u64,
@@ -1061,23 +1076,36 @@ pub struct Tracked {
 
 impl Body for Tracked {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if polled.is_pending() {
+            // Silence: the stream ends in an error (the client's connection
+            // is cut, so a cut answer never looks complete).
+            return match self.idle.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(format!(
+                    "the engine sent nothing for {:?}",
+                    self.idle_timeout
+                )
+                .into()))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        let deadline = tokio::time::Instant::now() + self.idle_timeout;
+        self.idle.as_mut().reset(deadline);
+        let polled = polled.map(|frame| frame.map(|f| f.map_err(BodyError::from)));
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
         {
             let this = self.as_mut().get_mut();
             if !this.first_byte {
                 this.first_byte = true;
-                this.gateway
-                    .metrics
+                this.metrics
                     .time_to_first_byte
-                    .get_or_create(&this.labels)
                     .observe(this.started.elapsed().as_secs_f64());
             }
             this.bytes += data.len() as u64;
@@ -1097,11 +1125,7 @@ impl Body for Tracked {
 impl Drop for Tracked {
     fn drop(&mut self) {
         if self.bytes > 0 {
-            self.gateway
-                .metrics
-                .response_bytes
-                .get_or_create(&self.labels)
-                .inc_by(self.bytes);
+            self.metrics.response_bytes.inc_by(self.bytes);
         }
     }
 }
@@ -1130,6 +1154,8 @@ mod tests {
             prefix: "/ml/qwen/".into(),
             self_hosted: Vec::new(),
             external: Vec::new(),
+            first_byte_timeout: None,
+            metrics: std::sync::OnceLock::new(),
         }
     }
 

@@ -4,8 +4,9 @@
 //! not with timing).
 //!
 //! Data flow: the composed endpoints' groups, or, when none of them has a
-//! healthy endpoint, the external ones → a group drawn by weight among the
-//! groups with a candidate → within it, power of two choices: two
+//! healthy endpoint, the external ones (and when nothing at all is healthy,
+//! every endpoint not yet tried: panic mode) → a group drawn by weight among
+//! the groups with a candidate → within it, power of two choices: two
 //! candidates drawn at random, the one with fewer requests in flight wins.
 
 use std::sync::Arc;
@@ -43,9 +44,14 @@ pub fn pick(
     now_ms: u64,
     rng: &mut Rng,
 ) -> Option<Arc<Endpoint>> {
-    let usable =
-        |e: &Arc<Endpoint>| e.state.healthy(now_ms) && !tried.iter().any(|t| Arc::ptr_eq(t, e));
-    pick_in(&service.self_hosted, &usable, rng).or_else(|| pick_in(&service.external, &usable, rng))
+    let untried = |e: &Arc<Endpoint>| !tried.iter().any(|t| Arc::ptr_eq(t, e));
+    let usable = |e: &Arc<Endpoint>| e.state.healthy(now_ms) && untried(e);
+    pick_in(&service.self_hosted, &usable, rng)
+        .or_else(|| pick_in(&service.external, &usable, rng))
+        // Panic mode: nothing is in rotation, so health is ignored — a request
+        // tried (and retried elsewhere on a connect error) beats one refused.
+        .or_else(|| pick_in(&service.self_hosted, &untried, rng))
+        .or_else(|| pick_in(&service.external, &untried, rng))
 }
 
 fn pick_in(
@@ -148,6 +154,8 @@ mod tests {
                     endpoints: external.into(),
                 }]
             },
+            first_byte_timeout: None,
+            metrics: std::sync::OnceLock::new(),
         }
     }
 
@@ -217,5 +225,21 @@ mod tests {
         // The ejection ends with time.
         assert!(pick(&s, std::slice::from_ref(&b), 1000, &mut rng).is_some_and(|e| e.id == "a"));
         assert!(pick(&s, &[a, b, x], 1000, &mut rng).is_none());
+    }
+
+    #[test]
+    fn with_nothing_in_rotation_health_is_ignored_rather_than_every_request_refused() {
+        let (a, b) = (endpoint("a", false), endpoint("b", false));
+        let s = service(vec![(1, vec![a.clone(), b.clone()])], Vec::new());
+        a.state.ejected_until.store(1000, Ordering::Relaxed);
+        b.state.probe_ok.store(false, Ordering::Relaxed);
+        let mut rng = Rng::new(3);
+        let picked = pick(&s, &[], 10, &mut rng).expect("panic mode picks one");
+        assert!(picked.id == "a" || picked.id == "b");
+        // What was tried is still skipped.
+        assert_eq!(
+            pick(&s, std::slice::from_ref(&a), 10, &mut rng).map(|e| e.id.clone()),
+            Some("b".into())
+        );
     }
 }

@@ -1,6 +1,14 @@
 //! Accepting connections: HTTP/1.1 with keep-alive, `TCP_NODELAY` (a
 //! streamed token must not wait for Nagle), and a graceful shutdown that
 //! stops accepting and lets in-flight requests and streams finish.
+//!
+//! Limits keep slow or hostile clients from holding the gateway: a client
+//! must send its request head within [`ListenerLimits::header_read_timeout`]
+//! (or the connection closes), heads larger than
+//! [`ListenerLimits::max_header_bytes`] get 431, and at most
+//! [`ListenerLimits::max_connections`] are open at once — beyond that the
+//! gateway stops accepting until one closes, so new clients wait in the
+//! kernel's backlog instead of exhausting descriptors.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -12,6 +20,27 @@ use tokio::net::TcpListener;
 
 use crate::proxy::{Gateway, handle};
 
+/// What the listener allows a client.
+#[derive(Clone, Copy, Debug)]
+pub struct ListenerLimits {
+    /// Time a client has to send its whole request head.
+    pub header_read_timeout: Duration,
+    /// Largest request head (request line and headers); at least 8 KiB.
+    pub max_header_bytes: usize,
+    /// Connections open at once.
+    pub max_connections: usize,
+}
+
+impl Default for ListenerLimits {
+    fn default() -> Self {
+        ListenerLimits {
+            header_read_timeout: Duration::from_secs(10),
+            max_header_bytes: 64 * 1024,
+            max_connections: 10_000,
+        }
+    }
+}
+
 /// Serves `gateway` on `listener` until `shutdown` resolves, then waits up
 /// to `drain` for requests in flight.
 pub async fn serve(
@@ -20,11 +49,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
 ) -> std::io::Result<()> {
+    let limits = gateway.config().listener;
     serve_http1(
         listener,
         move |req| handle(gateway.clone(), req),
         shutdown,
         drain,
+        limits,
     )
     .await
 }
@@ -36,6 +67,7 @@ pub async fn serve_http1<H, F, B>(
     handler: H,
     shutdown: impl std::future::Future<Output = ()>,
     drain: Duration,
+    limits: ListenerLimits,
 ) -> std::io::Result<()>
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + 'static,
@@ -45,8 +77,22 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192));
     tokio::pin!(shutdown);
     loop {
+        // At the cap, wait for a connection to close before accepting more.
+        let slot = tokio::select! {
+            slot = slots.clone().acquire_owned() => match slot {
+                Ok(slot) => slot,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let tcp = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((tcp, _)) => tcp,
@@ -61,11 +107,11 @@ where
         };
         let _ = tcp.set_nodelay(true);
         let service = hyper::service::service_fn(handler.clone());
-        let connection = hyper::server::conn::http1::Builder::new()
-            .serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
+        let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             let _ = connection.await;
+            drop(slot);
         });
     }
     tracing::info!("shutting down: draining requests in flight");

@@ -36,6 +36,27 @@ pub const API_KEY_FIELD: &str = "key";
 /// Annotation of a ModelEndpoint: the model name its engine serves
 /// (`--served-model-name`), when it differs from the ModelService's name.
 pub const SERVED_MODEL_ANNOTATION: &str = "modelplane.ai/served-model-name";
+/// ModelService annotation: how long its engines may take to the response
+/// head (`90s`, `20m`, `1h`), for services whose non-streamed answers take
+/// longer than the gateway's default.
+pub const FIRST_BYTE_TIMEOUT_ANNOTATION: &str = "modelplane.ai/first-byte-timeout";
+
+/// A duration as `90s`, `20m`, `1h` or plain seconds.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let (number, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = number.parse().ok()?;
+    let seconds = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs(seconds))
+}
 
 /// What the table is compiled from.
 #[derive(Clone, Copy, Debug, Default)]
@@ -70,6 +91,11 @@ pub struct Service {
     pub self_hosted: Vec<Group>,
     /// Groups of the external endpoints, used while no composed one is healthy.
     pub external: Vec<Group>,
+    /// Time its engines may take to the response head, when the service
+    /// sets its own ([`FIRST_BYTE_TIMEOUT_ANNOTATION`]).
+    pub first_byte_timeout: Option<std::time::Duration>,
+    /// Its metric handles, set when the table is published.
+    pub metrics: std::sync::OnceLock<Arc<crate::metrics::ServiceMetrics>>,
 }
 
 /// The endpoints one ModelService entry selected, and its weight.
@@ -114,8 +140,10 @@ pub struct EndpointState {
     pub ejected_until: AtomicU64,
     /// Ejections in a row, for the backoff.
     pub ejections: AtomicU32,
-    /// The last active health check passed (true until one fails).
+    /// In rotation by the active health checks (until enough fail in a row).
     pub probe_ok: AtomicBool,
+    /// Active health checks failed in a row.
+    pub probe_failures: AtomicU32,
 }
 
 impl Default for EndpointState {
@@ -126,6 +154,7 @@ impl Default for EndpointState {
             ejected_until: AtomicU64::new(0),
             ejections: AtomicU32::new(0),
             probe_ok: AtomicBool::new(true),
+            probe_failures: AtomicU32::new(0),
         }
     }
 }
@@ -225,6 +254,13 @@ impl Table {
                 prefix: format!("/{namespace}/{name}/"),
                 self_hosted: Vec::new(),
                 external: Vec::new(),
+                first_byte_timeout: service
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(FIRST_BYTE_TIMEOUT_ANNOTATION))
+                    .and_then(|t| parse_duration(t)),
+                metrics: std::sync::OnceLock::new(),
             };
             let mut aliases = Vec::new();
             for (entry, selected) in service

@@ -419,7 +419,7 @@ async fn every_error_has_its_status_and_openai_shape() {
     ]);
     let config = GatewayConfig {
         max_body: 1024,
-        upstream_timeout: Duration::from_millis(300),
+        first_byte_timeout: Duration::from_millis(300),
         ..GatewayConfig::default()
     };
     let harness = Harness::start(config, &objects).await;
@@ -646,6 +646,11 @@ async fn external_endpoints_take_over_when_no_composed_one_is_healthy() {
         "the provider waits while ours is healthy"
     );
     own.kill();
+    // The kernel closes the dead engine's connections; once the gateway has
+    // seen that (a moment), nothing is written to them: a request written to
+    // a connection that then turns out reset is not replayed, as the engine
+    // might have read it.
+    tokio::time::sleep(Duration::from_millis(100)).await;
     let statuses = load_run(&harness, "m", 200, 4).await;
     assert!(
         statuses.iter().all(|s| *s == StatusCode::OK),
@@ -817,4 +822,237 @@ async fn a_body_or_path_that_could_steer_the_engine_elsewhere_is_refused() {
         0,
         "nothing reached the engine"
     );
+}
+
+/// An engine that answers every request with `reply` (raw HTTP/1.1 bytes)
+/// and then, if `stall`, keeps the connection open sending nothing more.
+struct ScriptedEngine {
+    addr: SocketAddr,
+    received: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ScriptedEngine {
+    async fn start(reply: &'static str, stall: bool) -> ScriptedEngine {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let received = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = received.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let count = count.clone();
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Ok(n) = socket.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
+                            let length = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            if buffer.len() < end + 4 + length {
+                                continue;
+                            }
+                            buffer.drain(..end + 4 + length);
+                            count.fetch_add(1, Ordering::Relaxed);
+                            if socket.write_all(reply.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            if stall {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        ScriptedEngine { addr, received }
+    }
+
+    fn received(&self) -> usize {
+        self.received.load(Ordering::Relaxed)
+    }
+}
+
+const BUSY: &str = "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_engine_is_backpressure_never_ejected_and_the_request_goes_elsewhere() {
+    let _serial = SERIAL.lock().await;
+    let busy = ScriptedEngine::start(BUSY, false).await;
+    let good = engine("m");
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "busy", "g", busy.addr),
+        endpoint("ml", "good", "g", good.addr),
+    ]);
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    for _ in 0..50 {
+        let (status, body) = harness.chat("m").await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    assert!(busy.received() > 0, "the busy engine was tried");
+    let metrics = harness.gateway.metrics().encode();
+    assert!(
+        !metrics.contains("modelplane_gateway_ejections_total{endpoint=\"ml/busy\"}"),
+        "a busy engine is not ejected:\n{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_never_eject_more_than_the_allowed_share_of_a_group() {
+    let _serial = SERIAL.lock().await;
+    const BROKEN: &str = "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\n\r\n{}";
+    let (a, b) = (
+        ScriptedEngine::start(BROKEN, false).await,
+        ScriptedEngine::start(BROKEN, false).await,
+    );
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "a", "g", a.addr),
+        endpoint("ml", "b", "g", b.addr),
+    ]);
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    for _ in 0..40 {
+        let (status, _) = harness.chat("m").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    let table = harness.gateway.table();
+    let now = harness.gateway.now_ms();
+    let out = table
+        .endpoints()
+        .iter()
+        .filter(|e| e.state.ejected_until.load(Ordering::Relaxed) > now)
+        .count();
+    assert_eq!(out, 1, "of a group of two at most half is out at once");
+    // Every request was asked of one of them: the group never went dark.
+    assert_eq!(a.received() + b.received(), 40);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_goes_silent_is_cut_after_the_idle_timeout() {
+    let _serial = SERIAL.lock().await;
+    const STALLS: &str = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n6\r\ndata: \r\n";
+    let stalling = ScriptedEngine::start(STALLS, true).await;
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "s", "g", stalling.addr),
+    ]);
+    let config = GatewayConfig {
+        idle_timeout: Duration::from_millis(300),
+        ..GatewayConfig::default()
+    };
+    let harness = Harness::start(config, &objects).await;
+    let started = Instant::now();
+    let response = harness.stream().await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let collected =
+        tokio::time::timeout(Duration::from_secs(5), response.into_body().collect()).await;
+    assert!(
+        matches!(collected, Ok(Err(_))),
+        "the cut stream ends in an error, never as if complete"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_sets_its_own_time_to_first_byte() {
+    let _serial = SERIAL.lock().await;
+    let silent = ScriptedEngine::start("", true).await;
+    let mut svc = service("ml", "m", &[(1, "g")]);
+    svc["metadata"]["annotations"] = json!({ "modelplane.ai/first-byte-timeout": "1s" });
+    let objects = objects(vec![svc, endpoint("ml", "s", "g", silent.addr)]);
+    // The default is long (vLLM answers non-streamed requests only when done).
+    assert!(GatewayConfig::default().first_byte_timeout >= Duration::from_secs(600));
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    let started = Instant::now();
+    let (status, error) = harness.chat("m").await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{error}");
+    assert_eq!(error["error"]["code"], "upstream_timeout");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_huge_heads_and_too_many_connections_are_bounded() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _serial = SERIAL.lock().await;
+    let (_engine, _) = behind_the_gateway(EngineConfig::default()).await;
+    let objects = objects(vec![service("ml", "m", &[(1, "g")])]);
+    let config = GatewayConfig {
+        listener: modelplane_gateway::server::ListenerLimits {
+            header_read_timeout: Duration::from_millis(300),
+            max_header_bytes: 16 * 1024,
+            max_connections: 2,
+        },
+        ..GatewayConfig::default()
+    };
+    let harness = Harness::start(config, &objects).await;
+    // A client that never finishes its head is disconnected.
+    let mut slow = tokio::net::TcpStream::connect(harness.addr)
+        .await
+        .expect("connect");
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .expect("write");
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), slow.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "closed after the header-read timeout");
+    // A head beyond the limit gets 431.
+    let mut big = tokio::net::TcpStream::connect(harness.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+        "a".repeat(64 * 1024)
+    );
+    let _ = big.write_all(head.as_bytes()).await;
+    let mut answer = vec![0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(3), big.read(&mut answer))
+        .await
+        .expect("answered")
+        .unwrap_or(0);
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    drop(big);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Two connections held open: a third is not served until one closes.
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c = tokio::net::TcpStream::connect(harness.addr)
+            .await
+            .expect("connect");
+        c.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut ok = [0u8; 12];
+        c.read_exact(&mut ok).await.expect("served");
+        held.push(c);
+    }
+    let mut third = tokio::net::TcpStream::connect(harness.addr)
+        .await
+        .expect("connect");
+    third
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .expect("write");
+    let mut ok = [0u8; 12];
+    let waited = tokio::time::timeout(Duration::from_millis(200), third.read_exact(&mut ok)).await;
+    assert!(waited.is_err(), "the third connection waits at the cap");
+    held.pop();
+    let served = tokio::time::timeout(Duration::from_secs(2), third.read_exact(&mut ok)).await;
+    assert!(matches!(served, Ok(Ok(_))), "served once one closed");
 }

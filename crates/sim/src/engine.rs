@@ -128,6 +128,7 @@ pub async fn serve(
         move |req| handle(engine.clone(), req),
         shutdown,
         Duration::from_secs(30),
+        modelplane_gateway::server::ListenerLimits::default(),
     )
     .await
 }
