@@ -73,6 +73,36 @@ struct CompiledKind {
 /// Compiled admission for every Modelplane kind; build once, review many.
 pub struct Admission {
     kinds: Vec<CompiledKind>,
+    /// Device selectors compiled before, with their verdicts: a fleet
+    /// repeats the same few selectors on thousands of replicas.
+    selectors: SelectorVerdicts,
+}
+
+/// Compile verdicts of device selectors by text (`Err` holds the message).
+#[derive(Default)]
+struct SelectorVerdicts(std::sync::Mutex<std::collections::HashMap<String, Result<(), String>>>);
+
+impl SelectorVerdicts {
+    /// Most verdicts kept; beyond, the cache starts over.
+    const MAX: usize = 4096;
+
+    fn verdict(&self, text: &str) -> Result<(), String> {
+        if let Ok(known) = self.0.lock()
+            && let Some(verdict) = known.get(text)
+        {
+            return verdict.clone();
+        }
+        let verdict = crate::dra::DeviceSelector::compile(text)
+            .map(drop)
+            .map_err(|e| e.to_string());
+        if let Ok(mut known) = self.0.lock() {
+            if known.len() >= Self::MAX {
+                known.clear();
+            }
+            known.insert(text.to_string(), verdict.clone());
+        }
+        verdict
+    }
 }
 
 impl std::fmt::Debug for Admission {
@@ -104,7 +134,10 @@ impl Admission {
                 }
             })
             .collect();
-        Admission { kinds }
+        Admission {
+            kinds,
+            selectors: SelectorVerdicts::default(),
+        }
     }
 
     /// Reviews one object. `old` is the object it replaces, if any; only then
@@ -140,7 +173,7 @@ impl Admission {
         let mut errors: Vec<Problem> = metadata_problems(info, &object);
         let (object, problems) = admit_to_schema(&compiled.schema, &compiled.rules, object, old);
         errors.extend(problems);
-        errors.extend(selector_problems(&object));
+        errors.extend(selector_problems(&object, &self.selectors));
         let warnings = validation::warnings(info.kind, &object);
         Review::Checked {
             kind: info.kind,
@@ -329,7 +362,7 @@ fn take_metadata(object: &mut Value) -> Option<Value> {
 /// would refuse them once they reach a ResourceClaim: every
 /// `…nodeSelector.devices[].selectors[].cel` of a deployment's engines, or a
 /// replica's `deviceRequests[].selectors[].cel`.
-fn selector_problems(object: &Value) -> Vec<Problem> {
+fn selector_problems(object: &Value, verdicts: &SelectorVerdicts) -> Vec<Problem> {
     let (engines, base) = match object["kind"].as_str() {
         Some("ModelDeployment") => (
             &object["spec"]["template"]["spec"]["engines"],
@@ -356,7 +389,7 @@ fn selector_problems(object: &Value) -> Vec<Problem> {
                     let Some(text) = selector["cel"].as_str().filter(|t| !t.is_empty()) else {
                         continue;
                     };
-                    if let Err(error) = crate::dra::DeviceSelector::compile(text) {
+                    if let Err(error) = verdicts.verdict(text) {
                         out.push(Problem {
                             path: format!(
                                 "{base}[{e}].members[{m}].{field}[{r}].selectors[{x}].cel"

@@ -1,11 +1,12 @@
 //! Evaluation of a schema's `x-kubernetes-validations` rules.
 //!
-//! Data flow: `kube_cel::compile_schema` compiles every rule once per kind;
-//! [`RuleSet::evaluate`] converts the object (and its previous version) to a
-//! CEL value once, then walks the compiled schema and the CEL value together,
-//! binding `self` (and `oldSelf`) at each node that carries rules. Subtrees
-//! are shared, never converted again, so a check costs one conversion plus the
-//! rules themselves.
+//! Data flow: `kube_cel::compile_schema` compiles every rule once per kind,
+//! and a [`RuleTree`] marks where rules are; [`RuleSet::evaluate`] converts
+//! to CEL only the parts of the object (and its previous version) on the way
+//! to a rule, each once, then walks the compiled schema and the CEL value
+//! together, binding `self` (and `oldSelf`) at each node that carries rules.
+//! Subtrees without rules (a cluster's published status, say) are neither
+//! converted nor walked, so a check costs the rules and little else.
 //!
 //! Property names are used as CEL map keys unescaped: Modelplane's schemas
 //! declare no property that Kubernetes would escape (`-`, `.`, reserved
@@ -33,7 +34,84 @@ pub struct RuleFailure {
 /// The compiled rules of one schema.
 pub struct RuleSet {
     compiled: CompiledSchema,
+    /// Where the rules are.
+    tree: RuleTree,
     base: Context<'static>,
+}
+
+/// The nodes of a schema that carry rules, or lead to one.
+#[derive(Debug, Default)]
+struct RuleTree {
+    /// Rules sit on this node.
+    here: bool,
+    /// Properties on the way to a rule.
+    properties: Vec<(String, RuleTree)>,
+    /// The array items, when they lead to a rule.
+    items: Option<Box<RuleTree>>,
+    /// The map values, when they lead to a rule.
+    values: Option<Box<RuleTree>>,
+}
+
+impl RuleTree {
+    /// The tree of `compiled`, or `None` when no rule is below it.
+    fn of(compiled: &CompiledSchema) -> Option<RuleTree> {
+        let mut properties: Vec<(String, RuleTree)> = compiled
+            .properties
+            .iter()
+            .filter_map(|(name, child)| Some((name.clone(), RuleTree::of(child)?)))
+            .collect();
+        properties.sort_by(|a, b| a.0.cmp(&b.0));
+        let tree = RuleTree {
+            here: !compiled.validations.is_empty(),
+            properties,
+            items: compiled
+                .items
+                .as_deref()
+                .and_then(RuleTree::of)
+                .map(Box::new),
+            values: compiled
+                .additional_properties
+                .as_deref()
+                .and_then(RuleTree::of)
+                .map(Box::new),
+        };
+        let leads = tree.here
+            || !tree.properties.is_empty()
+            || tree.items.is_some()
+            || tree.values.is_some();
+        leads.then_some(tree)
+    }
+
+    /// `value` as CEL, converting only what a rule can see: all of it at a
+    /// node with rules, else just the children that lead to one.
+    fn to_cel(&self, value: &Value) -> Cel {
+        if self.here {
+            return to_cel(value);
+        }
+        match value {
+            Value::Object(map) => {
+                let mut out = HashMap::new();
+                for (name, child) in &self.properties {
+                    if let Some(v) = map.get(name) {
+                        out.insert(Key::String(Arc::new(name.clone())), child.to_cel(v));
+                    }
+                }
+                if let Some(values) = &self.values {
+                    for (k, v) in map {
+                        if !self.properties.iter().any(|(name, _)| name == k) {
+                            out.insert(Key::String(Arc::new(k.clone())), values.to_cel(v));
+                        }
+                    }
+                }
+                Cel::Map(Map { map: Arc::new(out) })
+            }
+            Value::Array(items) => match &self.items {
+                Some(tree) => Cel::List(Arc::new(items.iter().map(|i| tree.to_cel(i)).collect())),
+                None => Cel::List(Arc::new(Vec::new())),
+            },
+            other => to_cel(other),
+        }
+    }
 }
 
 impl std::fmt::Debug for RuleSet {
@@ -45,8 +123,10 @@ impl std::fmt::Debug for RuleSet {
 impl RuleSet {
     /// Compiles every rule of `schema` (an `openAPIV3Schema`).
     pub fn compile(schema: &Value) -> Self {
+        let compiled = kube_cel::compile_schema(schema);
         RuleSet {
-            compiled: kube_cel::compile_schema(schema),
+            tree: RuleTree::of(&compiled).unwrap_or_default(),
+            compiled,
             base: Context::default().with_all(),
         }
     }
@@ -59,14 +139,15 @@ impl RuleSet {
     /// Evaluates every rule against `object`, which must already be pruned and
     /// defaulted. Transition rules run only when `old` is given.
     pub fn evaluate(&self, object: &Value, old: Option<&Value>) -> Vec<RuleFailure> {
-        let cel = to_cel(object);
-        let old_cel = old.map(to_cel);
+        let cel = self.tree.to_cel(object);
+        let old_cel = old.map(|o| self.tree.to_cel(o));
         let mut walk = Walk {
             base: &self.base,
             failures: Vec::new(),
         };
         walk.node(
             &self.compiled,
+            &self.tree,
             Node {
                 json: object,
                 cel: &cel,
@@ -110,39 +191,49 @@ struct Walk<'c> {
 }
 
 impl Walk<'_> {
+    /// Checks the rules at `compiled` and below, going only where `tree`
+    /// says rules are.
     fn node(
         &mut self,
         compiled: &CompiledSchema,
+        tree: &RuleTree,
         value: Node<'_>,
         old: Option<Node<'_>>,
         path: String,
     ) {
-        if !compiled.validations.is_empty() {
+        if tree.here {
             self.rules(compiled, value, old, &path);
         }
-        for (name, child) in &compiled.properties {
-            if let Some(child_value) = value.property(name) {
+        for (name, child_tree) in &tree.properties {
+            if let (Some(child), Some(child_value)) =
+                (compiled.properties.get(name), value.property(name))
+            {
                 let child_old = old.and_then(|o| o.property(name));
-                self.node(child, child_value, child_old, join(&path, name));
+                self.node(child, child_tree, child_value, child_old, join(&path, name));
             }
         }
-        if let (Some(items), Some(array)) = (&compiled.items, value.json.as_array()) {
+        if let (Some(items), Some(items_tree), Some(array)) =
+            (&compiled.items, &tree.items, value.json.as_array())
+        {
             for i in 0..array.len() {
                 if let Some(item) = value.item(i) {
                     let item_old = old.and_then(|o| o.item(i));
-                    self.node(items, item, item_old, format!("{path}[{i}]"));
+                    self.node(items, items_tree, item, item_old, format!("{path}[{i}]"));
                 }
             }
         }
-        if let (Some(values), Some(map)) = (&compiled.additional_properties, value.json.as_object())
-        {
+        if let (Some(values), Some(values_tree), Some(map)) = (
+            &compiled.additional_properties,
+            &tree.values,
+            value.json.as_object(),
+        ) {
             for key in map.keys() {
                 if compiled.properties.contains_key(key) {
                     continue;
                 }
                 if let Some(entry) = value.property(key) {
                     let entry_old = old.and_then(|o| o.property(key));
-                    self.node(values, entry, entry_old, join(&path, key));
+                    self.node(values, values_tree, entry, entry_old, join(&path, key));
                 }
             }
         }

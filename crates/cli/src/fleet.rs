@@ -57,24 +57,8 @@ impl Fleet {
     }
 }
 
-fn typed<T: serde::de::DeserializeOwned>(value: &Value) -> anyhow::Result<T> {
-    serde_json::from_value(value.clone()).context("an admitted object does not fit its type")
-}
-
-fn fleet(objects: &[Value]) -> anyhow::Result<Fleet> {
-    let mut fleet = Fleet::default();
-    for object in objects {
-        match object["kind"].as_str().unwrap_or_default() {
-            "InferenceCluster" => fleet.clusters.push(typed(object)?),
-            "InferenceClass" => fleet.classes.push(typed(object)?),
-            "ModelCache" => fleet.caches.push(typed(object)?),
-            "ModelReplica" => fleet.replicas.push(typed(object)?),
-            "ModelDeployment" => fleet.deployments.push(typed(object)?),
-            "InferenceGateway" => fleet.gateway = Some(typed(object)?),
-            _ => {}
-        }
-    }
-    Ok(fleet)
+fn typed<T: serde::de::DeserializeOwned>(value: Value) -> anyhow::Result<T> {
+    serde_json::from_value(value).context("an admitted object does not fit its type")
 }
 
 /// The scheduler's view of a cluster. A cluster whose status is given is
@@ -148,33 +132,71 @@ pub fn deployment_view(
     }
 }
 
+/// One object read for a fleet.
+enum Read {
+    Cluster(Box<InferenceCluster>),
+    Class(Box<InferenceClass>),
+    Cache(Box<ModelCache>),
+    Replica(Box<ModelReplica>),
+    Deployment(Box<ModelDeployment>),
+    Gateway(Box<modelplane_api::types::InferenceGateway>),
+    Other,
+    /// A foreign kind, as written.
+    Foreign(Value),
+}
+
+fn read(object: Value, admitted: bool) -> anyhow::Result<Read> {
+    if !admitted {
+        return Ok(Read::Foreign(object));
+    }
+    let kind = object["kind"].as_str().unwrap_or_default().to_string();
+    Ok(match kind.as_str() {
+        "InferenceCluster" => Read::Cluster(Box::new(typed(object)?)),
+        "InferenceClass" => Read::Class(Box::new(typed(object)?)),
+        "ModelCache" => Read::Cache(Box::new(typed(object)?)),
+        "ModelReplica" => Read::Replica(Box::new(typed(object)?)),
+        "ModelDeployment" => Read::Deployment(Box::new(typed(object)?)),
+        "InferenceGateway" => Read::Gateway(Box::new(typed(object)?)),
+        _ => Read::Other,
+    })
+}
+
 /// Reads and admits the manifests of `paths`; on invalid input prints the
-/// problems as `validate` does and returns the exit code instead.
+/// problems as `validate` does and returns the exit code instead. Lines are
+/// read only when something is wrong, and the cores share the work, so a
+/// fleet dump of 11,000 documents loads in a fraction of the time.
 pub fn load(paths: &[String]) -> anyhow::Result<Result<Fleet, u8>> {
-    let reports = check_paths(paths, &[])?;
-    if reports.iter().any(|r| r.failed()) {
+    let Some(objects) = crate::validate::admitted(paths, read)? else {
+        let reports = check_paths(paths, &[])?;
         print_problems(&reports, false)?;
         return Ok(Err(if reports.iter().any(|r| r.unreadable()) {
             2
         } else {
             1
         }));
+    };
+    let mut fleet = Fleet::default();
+    for object in objects {
+        match object {
+            Read::Cluster(c) => fleet.clusters.push(*c),
+            Read::Class(c) => fleet.classes.push(*c),
+            Read::Cache(c) => fleet.caches.push(*c),
+            Read::Replica(r) => fleet.replicas.push(*r),
+            Read::Deployment(d) => fleet.deployments.push(*d),
+            Read::Gateway(g) => fleet.gateway = Some(*g),
+            Read::Other => {}
+            Read::Foreign(object) => {
+                let api_version = object["apiVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                let kind = object["kind"].as_str().unwrap_or_default().to_string();
+                if kind.ends_with("ProviderConfig") {
+                    fleet.cloud_provider_configs.push(object);
+                }
+                fleet.others.push((api_version, kind));
+            }
+        }
     }
-    let objects: Vec<Value> = reports
-        .iter()
-        .filter(|r| !r.skipped())
-        .filter_map(|r| r.object.clone())
-        .collect();
-    let mut fleet = fleet(&objects)?;
-    fleet.cloud_provider_configs = reports
-        .iter()
-        .filter(|r| r.skipped() && r.kind().ends_with("ProviderConfig"))
-        .filter_map(|r| r.object.clone())
-        .collect();
-    fleet.others = reports
-        .iter()
-        .filter(|r| r.skipped())
-        .map(|r| (r.api_version().to_string(), r.kind().to_string()))
-        .collect();
     Ok(Ok(fleet))
 }

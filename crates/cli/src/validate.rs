@@ -80,36 +80,12 @@ pub struct DocumentReport {
     status: &'static str,
     errors: Vec<Located>,
     warnings: Vec<Located>,
-    /// The admitted object (pruned and defaulted) of an accepted document,
-    /// or a skipped (foreign) document as given.
-    #[serde(skip)]
-    pub object: Option<Value>,
 }
 
 impl DocumentReport {
-    /// Whether the document is not a Modelplane kind.
-    pub fn skipped(&self) -> bool {
-        self.status == "skipped"
-    }
-
-    /// The document's `kind`.
-    pub fn kind(&self) -> &str {
-        &self.kind
-    }
-
-    /// The document's `apiVersion`.
-    pub fn api_version(&self) -> &str {
-        &self.api_version
-    }
-
     /// Whether the input could not be read or parsed.
     pub fn unreadable(&self) -> bool {
         self.status == "unreadable"
-    }
-
-    /// Whether the document was rejected or could not be read.
-    pub fn failed(&self) -> bool {
-        matches!(self.status, "rejected" | "unreadable")
     }
 }
 
@@ -151,6 +127,84 @@ pub fn run(args: &ValidateArgs) -> anyhow::Result<Summary> {
         }
     }
     Ok(summary)
+}
+
+/// Every document of every path admitted and turned into `T` by `convert`
+/// (given the admitted object, or a foreign kind as written and `false`),
+/// in input order — reading no line numbers, which only a report of
+/// problems needs, and sharing the work among the machine's cores. `None`
+/// when anything is unreadable or rejected: run [`check_paths`] for the
+/// report.
+pub fn admitted<T: Send>(
+    paths: &[String],
+    convert: impl Fn(Value, bool) -> anyhow::Result<T> + Sync,
+) -> anyhow::Result<Option<Vec<T>>> {
+    let mut texts = Vec::new();
+    for input in collect_inputs(paths) {
+        let Ok(text) = input.text else {
+            return Ok(None);
+        };
+        texts.push(text);
+    }
+    let documents: Vec<(u32, &str)> = texts
+        .iter()
+        .flat_map(|t| modelplane_api::validation::yaml::split_documents(t))
+        .collect();
+    let admission = Admission::new();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = documents.len().div_ceil(workers).max(1);
+    let parts: Vec<anyhow::Result<Option<Vec<T>>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = documents
+            .chunks(chunk)
+            .map(|part| scope.spawn(|| admit_part(&admission, part, &convert)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Ok(None)))
+            .collect()
+    });
+    let mut out = Vec::new();
+    for part in parts {
+        match part? {
+            Some(items) => out.extend(items),
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(out))
+}
+
+fn admit_part<T>(
+    admission: &Admission,
+    documents: &[(u32, &str)],
+    convert: &impl Fn(Value, bool) -> anyhow::Result<T>,
+) -> anyhow::Result<Option<Vec<T>>> {
+    let mut out = Vec::new();
+    for (line, document) in documents {
+        let Ok(parsed) = modelplane_api::validation::yaml::parse_value(document, *line) else {
+            return Ok(None);
+        };
+        let Some(value) = parsed else { continue };
+        let items = match (value["kind"].as_str(), value["items"].as_array()) {
+            (Some(kind), Some(items)) if kind.ends_with("List") => items.clone(),
+            _ => vec![value],
+        };
+        for item in items {
+            if !item.is_object() {
+                return Ok(None);
+            }
+            let api_version = item["apiVersion"].as_str().unwrap_or_default();
+            // Foreign kinds are kept as given (a few: provider configs).
+            let foreign =
+                (!modelplane_api::crds::is_modelplane_group(api_version)).then(|| item.clone());
+            match (admission.review(item, None), foreign) {
+                (Review::Skipped { .. }, Some(item)) => out.push(convert(item, false)?),
+                (Review::Checked { errors, .. }, _) if !errors.is_empty() => return Ok(None),
+                (Review::Checked { object, .. }, _) => out.push(convert(object, true)?),
+                (Review::Skipped { .. }, None) => return Ok(None),
+            }
+        }
+    }
+    Ok(Some(out))
 }
 
 /// Checks every document of every path; `old` files give previous versions.
@@ -212,7 +266,6 @@ fn unreadable(file: &str, line: u32, message: String) -> DocumentReport {
             message,
         }],
         warnings: Vec::new(),
-        object: None,
     }
 }
 
@@ -277,18 +330,15 @@ fn check_document(
             status: "skipped",
             errors: Vec::new(),
             warnings: Vec::new(),
-            // Kept as given: commands read a few foreign kinds (provider configs).
-            object: Some(doc.value.clone()),
         },
         Review::Checked {
             kind,
             name,
             namespace,
-            object,
             errors,
             warnings,
+            ..
         } => DocumentReport {
-            object: errors.is_empty().then_some(object),
             file: file.to_string(),
             line: doc.line,
             api_version,

@@ -103,21 +103,13 @@ pub const MAX_NODES_PER_DOCUMENT: usize = 2_000_000;
 /// Parses every document of a YAML stream; empty documents are skipped.
 /// Limits apply to each document, not to the stream.
 pub fn parse_documents(text: &str) -> Result<Vec<Document>, YamlError> {
-    let options = serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_nodes: MAX_NODES_PER_DOCUMENT,
-            max_events: 4 * MAX_NODES_PER_DOCUMENT,
-            // The text is in memory already; its size was the caller's choice.
-            max_reader_input_bytes: None,
-            max_total_scalar_bytes: 1 << 30,
-        },
-    };
     let mut reader = text.as_bytes();
     let mut documents = Vec::new();
-    for node in serde_saphyr::read_with_options::<_, Option<Spanned<Node>>>(&mut reader, options) {
+    for node in serde_saphyr::read_with_options::<_, Option<Spanned<Node>>>(&mut reader, options())
+    {
         let node = node.map_err(|e| YamlError {
             line: e.location().map(|l| l.line() as u32).unwrap_or(0),
-            message: plain_words(&first_line(&e.to_string())),
+            message: plain_words(&first_line_of(&e.to_string())),
         })?;
         let Some(node) = node.filter(|n| !matches!(n.value, Node::Null)) else {
             continue;
@@ -128,6 +120,73 @@ pub fn parse_documents(text: &str) -> Result<Vec<Document>, YamlError> {
         documents.push(Document { line, value, lines });
     }
     Ok(documents)
+}
+
+/// Parses every document of a YAML stream into values only, without the
+/// line of each field: several times faster than [`parse_documents`], for
+/// readers that need lines only when something is wrong (and then parse
+/// again with them). Same limits, same skipping of empty documents.
+pub fn parse_values(text: &str) -> Result<Vec<Value>, YamlError> {
+    let mut values = Vec::new();
+    for (first_line, document) in split_documents(text) {
+        values.extend(parse_value(document, first_line)?);
+    }
+    Ok(values)
+}
+
+/// One document of [`split_documents`] as a value (`None` when empty),
+/// without lines; errors name the line in the whole stream.
+pub fn parse_value(document: &str, first_line: u32) -> Result<Option<Value>, YamlError> {
+    let value: Option<Value> =
+        serde_saphyr::from_str_with_options(document, options()).map_err(|e| YamlError {
+            line: e
+                .location()
+                .map(|l| l.line() as u32 + first_line - 1)
+                .unwrap_or(0),
+            message: plain_words(&first_line_of(&e.to_string())),
+        })?;
+    Ok(value.filter(|v| !v.is_null()))
+}
+
+/// The documents of a stream and the 1-based line each starts on, split at
+/// the `---` markers. A line starting with `---` and then a space or its
+/// end is always a marker (YAML forbids it inside any scalar), so no
+/// document is cut in two.
+pub fn split_documents(text: &str) -> Vec<(u32, &str)> {
+    let mut documents = Vec::new();
+    let (mut start, mut start_line, mut line) = (0usize, 1u32, 1u32);
+    let mut offset = 0usize;
+    for raw in text.split_inclusive('\n') {
+        let content = raw.trim_end_matches(['\n', '\r']);
+        let marker =
+            content == "---" || content.starts_with("--- ") || content.starts_with("---\t");
+        if marker && offset > start {
+            documents.push((start_line, &text[start..offset]));
+        }
+        if marker {
+            start = offset;
+            start_line = line;
+        }
+        offset += raw.len();
+        line += 1;
+    }
+    if offset > start {
+        documents.push((start_line, &text[start..]));
+    }
+    documents
+}
+
+/// The parser's limits, per document (see [`MAX_NODES_PER_DOCUMENT`]).
+fn options() -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_nodes: MAX_NODES_PER_DOCUMENT,
+            max_events: 4 * MAX_NODES_PER_DOCUMENT,
+            // The text is in memory already; its size was the caller's choice.
+            max_reader_input_bytes: None,
+            max_total_scalar_bytes: 1 << 30,
+        },
+    }
 }
 
 /// The parser's report, without its internals: what a user can act on.
@@ -153,7 +212,7 @@ fn plain_words(message: &str) -> String {
     message.to_string()
 }
 
-fn first_line(report: &str) -> String {
+fn first_line_of(report: &str) -> String {
     let line = report.lines().next().unwrap_or_default();
     line.strip_prefix("error: ").unwrap_or(line).to_string()
 }
