@@ -19,6 +19,13 @@ concurrent streams.
 
     python3 bench/gateway/run.py                 # everything (about 10 minutes)
     python3 bench/gateway/run.py --only modelplane nginx --seconds 3
+    python3 bench/gateway/run.py --pairs 7 --skip-setup   # modelplane vs nginx, A B A B …
+
+One pass of each swings widely on a shared two-core machine (58% to 104% of
+nginx in three passes), so `--pairs N` alternates modelplane and nginx N times
+(A B A B …), each run measuring the request rate at concurrency 64 with 1 KB
+prompts and the gateway's CPU time per request, and reports the median of the
+N pairwise ratios (modelplane / nginx).
 
 It installs what is missing (nginx from Debian, the Python gateways into
 bench/gateway/.venv) and builds the release binaries first.
@@ -51,7 +58,7 @@ def log(*args):
     print(*args, file=sys.stderr, flush=True)
 
 
-def setup():
+def setup(python_gateways=True):
     log("building release binaries …")
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "modelplane", "-p", "gateway-loadgen"], cwd=ROOT, check=True)
     if not shutil.which("nginx"):
@@ -60,7 +67,7 @@ def setup():
         if not shutil.which("nginx"):
             subprocess.run(["apt-get", "update", "-q"], check=True, stdout=subprocess.DEVNULL)
             subprocess.run(["apt-get", "install", "-y", "-q", "nginx-light"], check=True, stdout=subprocess.DEVNULL)
-    if not (VENV / "bin" / "vllm-router").exists():
+    if python_gateways and not (VENV / "bin" / "vllm-router").exists():
         log("installing litellm[proxy], vllm-router, sglang-router into bench/gateway/.venv …")
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]", "vllm-router==0.1.17", "sglang-router==0.3.2"], check=True)
@@ -286,6 +293,51 @@ def same_core_latency(name, start, args, work, direct_same):
     return {"added_same_core_p50_us": lat["p50_us"] - direct_same["p50_us"], "added_same_core_p99_us": lat["p99_us"] - direct_same["p99_us"]}
 
 
+def rate_run(name, args, work):
+    """Request rate at concurrency 64 with 1 KB prompts, and CPU µs per request."""
+    gw = f"127.0.0.1:{GATEWAY_PORT}"
+    proc, headers = GATEWAYS[name](GATEWAY_CORE, ENGINE_PORT, work)
+    try:
+        wait_ready(gw, headers)
+        time.sleep(0.5)
+        before = cpu_seconds(proc.pid)
+        rate = loadgen("rate", gw, "--seconds", str(args.seconds), "--concurrency", "64", headers=headers)
+        cpu = (cpu_seconds(proc.pid) - before) / max(rate["ok"], 1) * 1e6
+    finally:
+        stop(proc)
+    return {"rps": rate["rps"], "cpu_us": cpu, "failed": rate["failed"]}
+
+
+def paired(args, work):
+    """modelplane and nginx alternated; the median of the pairwise ratios."""
+    pairs = []
+    for i in range(args.pairs):
+        a = rate_run("modelplane", args, work)
+        b = rate_run("nginx", args, work)
+        pair = {"pair": i + 1, "modelplane": a, "nginx": b, "rps_ratio": a["rps"] / b["rps"], "cpu_ratio": a["cpu_us"] / b["cpu_us"]}
+        log(json.dumps(pair))
+        pairs.append(pair)
+    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    summary = {
+        "pairs": args.pairs,
+        "seconds_each": args.seconds,
+        "median_rps_ratio": median([p["rps_ratio"] for p in pairs]),
+        "median_cpu_ratio": median([p["cpu_ratio"] for p in pairs]),
+        "median_modelplane_rps": median([p["modelplane"]["rps"] for p in pairs]),
+        "median_nginx_rps": median([p["nginx"]["rps"] for p in pairs]),
+        "median_modelplane_cpu_us": median([p["modelplane"]["cpu_us"] for p in pairs]),
+        "median_nginx_cpu_us": median([p["nginx"]["cpu_us"] for p in pairs]),
+        "failed": sum(p["modelplane"]["failed"] + p["nginx"]["failed"] for p in pairs),
+    }
+    print("| pair | modelplane req/s | nginx req/s | ratio | modelplane CPU µs/req | nginx CPU µs/req | CPU ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for p in pairs:
+        a, b = p["modelplane"], p["nginx"]
+        print(f"| {p['pair']} | {a['rps']:.0f} | {b['rps']:.0f} | {p['rps_ratio']:.2f} | {a['cpu_us']:.1f} | {b['cpu_us']:.1f} | {p['cpu_ratio']:.2f} |")
+    print(f"median of the pairwise ratios: request rate {summary['median_rps_ratio']:.2f} of nginx, CPU per request {summary['median_cpu_ratio']:.2f}x nginx's; {summary['failed']} failed requests")
+    (HERE / "last-pairs.json").write_text(json.dumps({"summary": summary, "pairs": pairs}, indent=2) + "\n")
+
+
 def table(results):
     cols = [
         ("gateway", "gateway", "{}"),
@@ -318,9 +370,10 @@ def main():
     parser.add_argument("--requests", type=int, default=3000, help="requests of each latency run")
     parser.add_argument("--streams", type=int, default=24, help="streams of each streaming run")
     parser.add_argument("--skip-setup", action="store_true")
+    parser.add_argument("--pairs", type=int, help="only modelplane vs nginx, alternated this many times (A B A B …)")
     args = parser.parse_args()
     if not args.skip_setup:
-        setup()
+        setup(python_gateways=not args.pairs)
     names = args.only or list(GATEWAYS)
     work = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     for d in ("body", "proxy"):
@@ -331,6 +384,9 @@ def main():
     try:
         wait_ready(f"127.0.0.1:{ENGINE_PORT}")
         wait_ready(f"127.0.0.1:{HOLD_ENGINE_PORT}")
+        if args.pairs:
+            paired(args, work)
+            return
         eng = f"127.0.0.1:{ENGINE_PORT}"
         log("direct …")
         direct = loadgen("latency", eng, "--requests", str(args.requests))

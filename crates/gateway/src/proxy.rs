@@ -774,7 +774,8 @@ async fn proxy(
                 let idle_timeout = gateway.config.idle_timeout;
                 let tracked = Tracked {
                     inner: incoming,
-                    idle: Box::pin(tokio::time::sleep(idle_timeout)),
+                    idle: None,
+                    fresh: false,
                     idle_timeout,
                     metrics,
                     started,
@@ -1063,8 +1064,11 @@ impl Body for GatewayBody {
 /// the client goes away (dropping it also drops the upstream request).
 pub struct Tracked {
     inner: Incoming,
-    /// Fires when the engine sends nothing for the idle timeout.
-    idle: Pin<Box<tokio::time::Sleep>>,
+    /// Fires when the engine sends nothing for the idle timeout; armed only
+    /// once the engine makes the client wait (most answers never do).
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Data arrived since the timer was last set.
+    fresh: bool,
     idle_timeout: Duration,
     metrics: Arc<crate::metrics::ServiceMetrics>,
     started: Instant,
@@ -1084,19 +1088,31 @@ impl Body for Tracked {
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         if polled.is_pending() {
+            let this = self.as_mut().get_mut();
+            let deadline = || tokio::time::Instant::now() + this.idle_timeout;
+            let idle = match &mut this.idle {
+                Some(idle) if this.fresh => {
+                    idle.as_mut().reset(deadline());
+                    idle
+                }
+                Some(idle) => idle,
+                None => this
+                    .idle
+                    .insert(Box::pin(tokio::time::sleep_until(deadline()))),
+            };
+            this.fresh = false;
             // Silence: the stream ends in an error (the client's connection
             // is cut, so a cut answer never looks complete).
-            return match self.idle.as_mut().poll(cx) {
+            return match idle.as_mut().poll(cx) {
                 Poll::Ready(()) => Poll::Ready(Some(Err(format!(
                     "the engine sent nothing for {:?}",
-                    self.idle_timeout
+                    this.idle_timeout
                 )
                 .into()))),
                 Poll::Pending => Poll::Pending,
             };
         }
-        let deadline = tokio::time::Instant::now() + self.idle_timeout;
-        self.idle.as_mut().reset(deadline);
+        self.fresh = true;
         let polled = polled.map(|frame| frame.map(|f| f.map_err(BodyError::from)));
         if let Poll::Ready(Some(Ok(frame))) = &polled
             && let Some(data) = frame.data_ref()
