@@ -150,9 +150,24 @@ impl ApiServer {
 pub fn router(server: Arc<ApiServer>) -> Router {
     Router::new()
         .route("/version", axum::routing::get(version))
+        .route("/healthz", axum::routing::get(healthy))
+        .route("/readyz", axum::routing::get(healthy))
+        .route("/livez", axum::routing::get(healthy))
         .fallback(handle)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(server)
+}
+
+/// Paths anyone may read, as Kubernetes' `system:public-info-viewer` allows.
+pub const PUBLIC_PATHS: [&str; 4] = ["/healthz", "/readyz", "/livez", "/version"];
+
+async fn healthy() -> Response {
+    let mut response = (StatusCode::OK, "ok").into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
 }
 
 async fn version() -> Response {
@@ -627,9 +642,18 @@ async fn handle(
                 format!("{method} is not supported on {}", uri.path()),
             )),
         }
+    };
+    // A request must never take the connection down with it: should a
+    // handler panic on some body nobody foresaw, the client gets a Status.
+    match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await {
+        Ok(result) => result.unwrap_or_else(IntoResponse::into_response),
+        Err(_) => Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the server could not handle this request",
+        )
+        .into_response(),
     }
-    .await;
-    result.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// Aggregated discovery of `/api` or `/apis`, when the client asks for it.
@@ -849,6 +873,7 @@ async fn create(
     )
     .map_err(|r| refusal(target, &given, r))?;
     let (mut object, warnings) = admit(server, target, object, None)?;
+    crate::object::builtin_defaults(&mut object, &target.resource);
     let is_crd = target.resource.plural == "customresourcedefinitions";
     if is_crd {
         crate::crd::accept(&mut object, &crate::object::now());
@@ -1026,6 +1051,7 @@ async fn update_to(
         new["apiVersion"] = json!(target.resource.api_version());
         new["kind"] = json!(target.resource.kind);
         let (mut new, warnings) = admit(server, target, new, Some(old_object))?;
+        crate::object::builtin_defaults(&mut new, &target.resource);
         let change = prepare_update(old_object, &mut new, &target.resource)
             .map_err(|r| refusal(target, name, r))?;
         (new, change, warnings)
@@ -1112,10 +1138,44 @@ async fn replace(
     name: &str,
     new: Value,
 ) -> Result<Response, Failure> {
+    if !new.is_object() || new.get("metadata").is_some_and(|m| !m.is_object()) {
+        return Err(not_an_object());
+    }
     let expected = precondition(&new)?;
+    // CRDs allow no unconditional update (built-in kinds do).
+    if expected.is_none() && is_custom(&target.resource) {
+        return Err(Failure {
+            details: Some(
+                json!({ "name": name, "group": target.resource.group, "kind": target.resource.kind, "causes": [{ "reason": "FieldValueInvalid", "message": "Invalid value: 0: must be specified for an update", "field": "metadata.resourceVersion" }] }),
+            ),
+            ..Failure::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!(
+                    "{} \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0: must be specified for an update",
+                    target.qualified()
+                ),
+            )
+        });
+    }
     let old = read(server, target, name).await?;
     let old_object = decode(&old)?;
     update_to(server, target, name, &old, &old_object, new, expected).await
+}
+
+/// A kind served by a CRD rather than built in.
+fn is_custom(resource: &Resource) -> bool {
+    !builtins()
+        .iter()
+        .any(|r| r.group == resource.group && r.plural == resource.plural)
+}
+
+fn not_an_object() -> Failure {
+    Failure::new(
+        StatusCode::BAD_REQUEST,
+        "BadRequest",
+        "the request body must be a JSON object",
+    )
 }
 
 /// Server-side apply (`crate::apply`): creates the object when missing.
@@ -1142,6 +1202,9 @@ async fn server_side_apply(
     if applied["apiVersion"].as_str().is_none() || applied["kind"].as_str().is_none() {
         return Err(bad("an apply patch needs apiVersion and kind".into()));
     }
+    if applied.get("metadata").is_some_and(|m| !m.is_object()) {
+        return Err(bad("metadata of an apply patch must be an object".into()));
+    }
     let now = crate::object::now();
     let conflict =
         |c: crate::apply::Conflicts| Failure::new(StatusCode::CONFLICT, "Conflict", c.to_string());
@@ -1164,6 +1227,7 @@ async fn server_side_apply(
         )
         .map_err(|r| refusal(target, name, r))?;
         let (mut object, warnings) = admit(server, target, object, None)?;
+        crate::object::builtin_defaults(&mut object, &target.resource);
         object["metadata"]["managedFields"] = managed;
         let is_crd = target.resource.plural == "customresourcedefinitions";
         if is_crd {
@@ -1320,10 +1384,7 @@ async fn patch(
         return server_side_apply(server, target, name, body, query).await;
     }
     let patch = parse_body(body)?;
-    let builtin = builtins()
-        .iter()
-        .any(|r| r.group == target.resource.group && r.plural == target.resource.plural);
-    if kind == PatchType::Strategic && !builtin {
+    if kind == PatchType::Strategic && is_custom(&target.resource) {
         return Err(Failure::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
@@ -1352,6 +1413,13 @@ async fn patch(
         PatchType::Merge | PatchType::Apply => crate::patch::merge(&mut new, &patch),
         PatchType::Strategic => crate::patch::strategic(&mut new, &patch),
     }
+    if !new.is_object() || !new["metadata"].is_object() {
+        return Err(Failure::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "the patched object must be a JSON object with an object `metadata`",
+        ));
+    }
     update_to(server, target, name, &old, &old_object, new, expected).await
 }
 
@@ -1367,6 +1435,13 @@ async fn delete(
     } else {
         parse_body(body)?
     };
+    if !options.is_object() {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "DeleteOptions must be a JSON object",
+        ));
+    }
     // DeleteOptions may ask for a dry run in the body too.
     let dry_target;
     let target = if options["dryRun"] == json!(["All"]) && !target.options.dry_run {
@@ -1393,6 +1468,34 @@ async fn delete(
             )
         })?;
     let old = read(server, target, name).await?;
+    if let Some(uid) = options["preconditions"]["uid"].as_str() {
+        let stored_uid = decode(&old)?["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if stored_uid != uid {
+            return Err(Failure {
+                details: Some(target.details(name)),
+                ..Failure::new(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {stored_uid}"
+                    ),
+                )
+            });
+        }
+    }
+    if target.resource.names_are_labels() && crate::namespaces::BUILT_IN.contains(&name) {
+        return Err(Failure {
+            details: Some(target.details(name)),
+            ..Failure::new(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!("namespaces \"{name}\" is forbidden: this namespace may not be deleted"),
+            )
+        });
+    }
     if let Some(expected) = expected
         && expected != old.revision
     {
@@ -1609,19 +1712,33 @@ async fn list(
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
-    let start = match query.get("continue").filter(|c| !c.is_empty()) {
-        Some(token) => Some(
-            parse_continue(token)
-                .ok_or_else(|| {
-                    Failure::new(
-                        StatusCode::BAD_REQUEST,
-                        "BadRequest",
-                        "invalid continue token",
-                    )
-                })?
-                .1,
-        ),
-        None => None,
+    // A continued list keeps the first page's resourceVersion: a watch from
+    // it then delivers every change made while the pages were read.
+    let (snapshot, start) = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            let (revision, key) = parse_continue(token).ok_or_else(|| {
+                Failure::new(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "invalid continue token",
+                )
+            })?;
+            let compacted = server
+                .store
+                .compacted()
+                .map_err(|e| store_failure(target, "", e))?;
+            if revision < compacted {
+                return Err(Failure::new(
+                    StatusCode::GONE,
+                    "Expired",
+                    format!(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list. (revision {revision} is compacted)"
+                    ),
+                ));
+            }
+            (Some(revision), Some(key))
+        }
+        None => (None, None),
     };
     let prefix = target.list_prefix();
     let shape = shape(headers);
@@ -1636,7 +1753,7 @@ async fn list(
         let mut revision = None;
         loop {
             let (rev, page) = s.store.list(&prefix, after.as_deref(), Some(LIST_PAGE))?;
-            let revision = *revision.get_or_insert(rev);
+            let revision = *revision.get_or_insert(snapshot.unwrap_or(rev));
             let full = page.len() == LIST_PAGE;
             for stored in page {
                 after = Some(stored.key.clone());

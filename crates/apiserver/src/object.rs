@@ -308,6 +308,18 @@ fn carry_metadata(old: &Value, new: &mut Value) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// The defaults Kubernetes gives built-in kinds that users see: a Secret's
+/// `type` is `Opaque` unless set.
+pub fn builtin_defaults(object: &mut Value, resource: &Resource) {
+    if resource.group.is_empty()
+        && resource.plural == "secrets"
+        && object.get("type").is_none_or(Value::is_null)
+        && let Some(map) = object.as_object_mut()
+    {
+        map.insert("type".into(), json!("Opaque"));
+    }
+}
+
 /// Stamps the store's revision on an object read or written.
 pub fn set_resource_version(object: &mut Value, revision: i64) {
     metadata(object).insert("resourceVersion".into(), json!(revision.to_string()));

@@ -88,25 +88,26 @@ fn missing_with_parent(doc: &Value, pointer: &str) -> bool {
 }
 
 /// RFC 6902 JSON patch, with `test` of `null` against a missing key (whose
-/// parent exists) passing, as Kubernetes' Go implementation does.
+/// parent exists) passing, as Kubernetes' Go implementation does. Each
+/// operation sees the document as the operations before it left it.
 pub fn json(target: &mut Value, patch: &Value) -> Result<(), String> {
     let ops = patch
         .as_array()
         .ok_or("a JSON patch must be an array of operations")?;
-    let kept: Vec<Value> = ops
-        .iter()
-        .filter(|op| {
-            let null_test = op["op"] == "test" && op.get("value").is_some_and(Value::is_null);
-            !(null_test
-                && op["path"]
-                    .as_str()
-                    .is_some_and(|p| missing_with_parent(target, p)))
-        })
-        .cloned()
-        .collect();
-    let parsed: json_patch::Patch = serde_json::from_value(Value::Array(kept))
-        .map_err(|e| format!("invalid JSON patch: {e}"))?;
-    json_patch::patch(target, &parsed).map_err(|e| e.to_string())
+    for op in ops {
+        let null_test = op["op"] == "test" && op.get("value").is_some_and(Value::is_null);
+        if null_test
+            && op["path"]
+                .as_str()
+                .is_some_and(|p| missing_with_parent(target, p))
+        {
+            continue;
+        }
+        let parsed: json_patch::Patch = serde_json::from_value(Value::Array(vec![op.clone()]))
+            .map_err(|e| format!("invalid JSON patch: {e}"))?;
+        json_patch::patch(target, &parsed).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -136,6 +137,24 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn test_of_null_sees_what_earlier_operations_did() {
+        // The key is added first, so testing it for null must fail.
+        let mut doc = json!({ "metadata": {} });
+        let patch = json!([
+            { "op": "add", "path": "/metadata/finalizers", "value": ["x"] },
+            { "op": "test", "path": "/metadata/finalizers", "value": null },
+        ]);
+        assert!(json(&mut doc, &patch).is_err());
+        // Removed first, so null passes.
+        let mut doc = json!({ "metadata": { "finalizers": ["x"] } });
+        let patch = json!([
+            { "op": "remove", "path": "/metadata/finalizers" },
+            { "op": "test", "path": "/metadata/finalizers", "value": null },
+        ]);
+        json(&mut doc, &patch).expect("the key is gone by then");
     }
 
     #[test]

@@ -75,6 +75,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn authenticate(token: std::sync::Arc<String>, request: Request, next: Next) -> Response {
+    if crate::http::PUBLIC_PATHS.contains(&request.uri().path()) {
+        return next.run(request).await;
+    }
     let given = request
         .headers()
         .get(header::AUTHORIZATION)

@@ -344,6 +344,11 @@ impl Store {
         self.read(|c| meta(c, "revision"))
     }
 
+    /// The revision up to which history is compacted.
+    pub fn compacted(&self) -> Result<Revision, Error> {
+        self.read(|c| meta(c, "compacted"))
+    }
+
     /// Changes after `after` under `prefix`, in revision order.
     pub fn events_since(&self, prefix: &str, after: Revision) -> Result<Vec<Event>, Error> {
         let end = prefix_end(prefix);

@@ -22,21 +22,36 @@ pub fn at<'a>(object: &'a Value, path: &str) -> Option<&'a Value> {
         .try_fold(object, |v, k| v.get(k))
 }
 
-/// Age as kubectl prints it (`45s`, `3m12s`, `5h`, `2d3h`, `40d`).
+/// Age as kubectl prints it (apimachinery's `HumanDuration`): `45s`,
+/// `3m12s`, `5h`, `5h20m`, `36h`, `3d3h`, `60d`, `2y30d`.
 pub fn age(created: &str, now: jiff::Timestamp) -> String {
     let Ok(created) = created.parse::<jiff::Timestamp>() else {
         return "<unknown>".into();
     };
-    let secs = (now.as_second() - created.as_second()).max(0);
-    let (m, h, d) = (secs / 60, secs / 3600, secs / 86_400);
+    let secs = now.as_second() - created.as_second();
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    let secs = secs.max(0);
+    let (m, h) = (secs / 60, secs / 3600);
+    let (d, y) = (h / 24, h / (24 * 365));
+    let with = |big: i64, unit: &str, small: i64, small_unit: &str| {
+        if small == 0 {
+            format!("{big}{unit}")
+        } else {
+            format!("{big}{unit}{small}{small_unit}")
+        }
+    };
     match secs {
         s if s < 120 => format!("{s}s"),
-        s if s < 600 => format!("{m}m{}s", s % 60),
-        s if s < 3 * 3600 => format!("{m}m"),
-        s if s < 8 * 3600 => format!("{h}h{}m", m % 60),
-        s if s < 48 * 3600 => format!("{h}h"),
-        s if s < 8 * 86_400 => format!("{d}d{}h", h % 24),
-        _ => format!("{d}d"),
+        s if m < 10 => with(m, "m", s % 60, "s"),
+        _ if m < 3 * 60 => format!("{m}m"),
+        _ if h < 8 => with(h, "h", m % 60, "m"),
+        _ if h < 48 => format!("{h}h"),
+        _ if h < 24 * 8 => with(d, "d", h % 24, "h"),
+        _ if h < 24 * 365 * 2 => format!("{d}d"),
+        _ if h < 24 * 365 * 8 => with(y, "y", d % 365, "d"),
+        _ => format!("{y}y"),
     }
 }
 
@@ -103,7 +118,11 @@ mod tests {
             ("2026-11-30T11:59:15Z", "45s"),
             ("2026-11-30T11:56:48Z", "3m12s"),
             ("2026-11-30T10:00:00Z", "120m"),
-            ("2026-11-30T07:00:00Z", "5h0m"),
+            ("2026-11-30T07:00:00Z", "5h"),
+            ("2026-11-30T06:40:00Z", "5h20m"),
+            ("2026-11-30T11:57:00Z", "3m"),
+            ("2026-11-23T12:00:00Z", "7d"),
+            ("2024-10-01T12:00:00Z", "2y60d"),
             ("2026-11-29T00:00:00Z", "36h"),
             ("2026-11-27T09:00:00Z", "3d3h"),
             ("2026-10-01T12:00:00Z", "60d"),

@@ -1073,3 +1073,224 @@ async fn bodies_over_the_limit_get_a_413_status() {
     assert_eq!(refused["kind"], "Status");
     assert_eq!(refused["reason"], "RequestEntityTooLarge");
 }
+
+impl Fixture {
+    /// A request with its own content type and raw body; the status and the body.
+    async fn raw(
+        &self,
+        method: Method,
+        uri: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Value) {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("content-type", content_type)
+            .body(Body::from(body))
+            .expect("request");
+        let response = router(self.server.clone())
+            .oneshot(request)
+            .await
+            .expect("response");
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+}
+
+#[tokio::test]
+async fn every_page_of_a_list_carries_the_first_pages_resource_version() {
+    let f = Fixture::new();
+    for i in 0..4 {
+        f.call(Method::POST, CM, Some(cm(&format!("c{i}"), json!({}))))
+            .await;
+    }
+    let (_, first) = f.call(Method::GET, &format!("{CM}?limit=2"), None).await;
+    let snapshot = rv(&first);
+    // Writes while the pages are read: the next page must still claim the
+    // snapshot, so a watch from it delivers them.
+    f.call(Method::POST, CM, Some(cm("late", json!({})))).await;
+    let token = first["metadata"]["continue"].as_str().expect("more");
+    let (_, second) = f
+        .call(Method::GET, &format!("{CM}?limit=2&continue={token}"), None)
+        .await;
+    assert_eq!(rv(&second), snapshot);
+    let events = f
+        .watch(&format!(
+            "{CM}?watch=true&timeoutSeconds=1&resourceVersion={snapshot}"
+        ))
+        .await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e["object"]["metadata"]["name"] == "late")
+    );
+}
+
+#[tokio::test]
+async fn writes_follow_kubernetes_preconditions() {
+    let f = Fixture::new();
+    install_crds(&f).await;
+    let path = "/apis/modelplane.ai/v1alpha1/inferenceclusters";
+    let (code, created) = f
+        .call(Method::POST, path, Some(existing_cluster("Standard")))
+        .await;
+    assert_eq!(code, StatusCode::CREATED, "{created}");
+    // A custom resource cannot be replaced unconditionally.
+    let mut unconditional = created.clone();
+    unconditional["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("resourceVersion");
+    let (code, status) = f
+        .call(Method::PUT, &format!("{path}/byo"), Some(unconditional))
+        .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("must be specified for an update")
+    );
+    // A built-in kind can.
+    let (_, c) = f.call(Method::POST, CM, Some(cm("plain", json!({})))).await;
+    let mut plain = c.clone();
+    plain["metadata"]
+        .as_object_mut()
+        .expect("metadata")
+        .remove("resourceVersion");
+    plain["data"]["k"] = json!("w");
+    let (code, _) = f
+        .call(Method::PUT, &format!("{CM}/plain"), Some(plain))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    // DELETE honours a uid precondition.
+    let wrong = json!({ "preconditions": { "uid": "not-its-uid" } });
+    let (code, status) = f
+        .call(Method::DELETE, &format!("{CM}/plain"), Some(wrong))
+        .await;
+    assert_eq!(code, StatusCode::CONFLICT, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Precondition failed: UID in precondition")
+    );
+    let right = json!({ "preconditions": { "uid": c["metadata"]["uid"] } });
+    let (code, _) = f
+        .call(Method::DELETE, &format!("{CM}/plain"), Some(right))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_built_in_namespaces_may_not_be_deleted() {
+    let f = Fixture::new();
+    for ns in ["default", "kube-system", "kube-public"] {
+        let (code, status) = f
+            .call(Method::DELETE, &format!("/api/v1/namespaces/{ns}"), None)
+            .await;
+        assert_eq!(code, StatusCode::FORBIDDEN, "{status}");
+        assert_eq!(
+            status["message"],
+            format!("namespaces \"{ns}\" is forbidden: this namespace may not be deleted")
+        );
+    }
+}
+
+#[tokio::test]
+async fn health_endpoints_and_built_in_defaults() {
+    let f = Fixture::new();
+    for path in ["/healthz", "/readyz", "/livez"] {
+        let request = Request::builder()
+            .uri(path)
+            .body(Body::empty())
+            .expect("request");
+        let response = router(f.server.clone())
+            .oneshot(request)
+            .await
+            .expect("response");
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    let secret = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s" }, "data": { "k": "dg==" } });
+    let (_, created) = f
+        .call(Method::POST, "/api/v1/namespaces/ns/secrets", Some(secret))
+        .await;
+    assert_eq!(created["type"], "Opaque");
+    let (_, ns) = f.call(Method::GET, "/api/v1/namespaces/ns", None).await;
+    assert_eq!(ns["status"]["phase"], "Active");
+}
+
+#[tokio::test]
+async fn bodies_of_the_wrong_shape_get_a_status_not_a_dropped_connection() {
+    let f = Fixture::new();
+    f.call(Method::POST, CM, Some(cm("c", json!({})))).await;
+    let item = format!("{CM}/c");
+    let (apply_item, apply_new) = (
+        format!("{item}?fieldManager=m"),
+        format!("{CM}/new?fieldManager=m"),
+    );
+    let cases: Vec<(Method, &str, &str, &str)> = vec![
+        (Method::PUT, item.as_str(), "application/json", "[]"),
+        (
+            Method::PUT,
+            item.as_str(),
+            "application/json",
+            r#"{"metadata":"x"}"#,
+        ),
+        (Method::POST, CM, "application/json", "[]"),
+        (Method::POST, CM, "application/json", r#"{"metadata":[]}"#),
+        (
+            Method::PATCH,
+            item.as_str(),
+            "application/json-patch+json",
+            r#"[{"op":"replace","path":"","value":[]}]"#,
+        ),
+        (
+            Method::PATCH,
+            item.as_str(),
+            "application/json-patch+json",
+            r#"[{"op":"replace","path":"/metadata","value":7}]"#,
+        ),
+        (
+            Method::PATCH,
+            item.as_str(),
+            "application/strategic-merge-patch+json",
+            r#"{"$patch":"delete"}"#,
+        ),
+        (
+            Method::PATCH,
+            apply_item.as_str(),
+            "application/apply-patch+yaml",
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":"x"}"#,
+        ),
+        (
+            Method::PATCH,
+            apply_new.as_str(),
+            "application/apply-patch+yaml",
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":"x"}"#,
+        ),
+        (Method::DELETE, item.as_str(), "application/json", "[1]"),
+    ];
+    for (method, uri, content_type, body) in cases {
+        let (code, status) = f
+            .raw(method.clone(), uri, content_type, body.as_bytes().to_vec())
+            .await;
+        assert!(
+            code.is_client_error(),
+            "{method} {uri} {body}: {code} {status}"
+        );
+        assert_eq!(status["kind"], "Status", "{method} {uri} {body}");
+    }
+    let (code, _) = f.call(Method::GET, &item, None).await;
+    assert_eq!(code, StatusCode::OK, "still serving, the object intact");
+}
