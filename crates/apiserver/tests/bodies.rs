@@ -1,0 +1,236 @@
+//! Arbitrary bodies at every verb of several kinds (a built-in, a namespace,
+//! Modelplane's CRD kinds with their status and scale subresources): only
+//! 2xx or 4xx answers, every 4xx a `Status`, never a dropped connection or
+//! a 5xx, and the server still serving afterwards. `BODY_CASES` sets how
+//! many cases run (2,000 by default; the harness runs 100,000:
+//! `BODY_CASES=100000 cargo test --release -p modelplane-apiserver --test bodies`).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use modelplane_apiserver::Store;
+use modelplane_apiserver::http::{ApiServer, router};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+fn value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
+        "[a-zA-Z0-9./:_$-]{0,12}".prop_map(Value::String),
+        prop::sample::select(vec![
+            "v1",
+            "ConfigMap",
+            "metadata",
+            "spec",
+            "status",
+            "default",
+            "ns",
+            "c",
+            "Foreground",
+            "All",
+            "modelplane.ai/v1alpha1",
+            "ModelDeployment",
+            "InferenceCluster",
+        ])
+        .prop_map(|s| Value::String(s.to_string())),
+        (0usize..3).prop_map(|n| Value::String("x".repeat(n * 40_000))),
+    ];
+    leaf.prop_recursive(6, 64, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(
+                prop::sample::select(vec![
+                    "apiVersion",
+                    "kind",
+                    "metadata",
+                    "name",
+                    "namespace",
+                    "labels",
+                    "annotations",
+                    "finalizers",
+                    "ownerReferences",
+                    "resourceVersion",
+                    "uid",
+                    "spec",
+                    "status",
+                    "data",
+                    "replicas",
+                    "engines",
+                    "members",
+                    "op",
+                    "path",
+                    "value",
+                    "$patch",
+                    "preconditions",
+                    "propagationPolicy",
+                    "dryRun",
+                    "cluster",
+                    "template",
+                ]),
+                inner,
+                0..6,
+            )
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+        ]
+    })
+}
+
+/// A body: usually JSON of some shape, sometimes an object that starts as a
+/// plausible manifest, sometimes bytes that are not JSON at all.
+fn body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        6 => value().prop_map(|v| v.to_string().into_bytes()),
+        3 => (value(), value()).prop_map(|(metadata, spec)| {
+            json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "spec": spec, "data": spec })
+                .to_string()
+                .into_bytes()
+        }),
+        1 => prop::collection::vec(any::<u8>(), 0..64),
+    ]
+}
+
+const PATHS: &[&str] = &[
+    "/api/v1/namespaces/ns/configmaps",
+    "/api/v1/namespaces/ns/configmaps/c",
+    "/api/v1/namespaces/ns/configmaps/fresh",
+    "/api/v1/namespaces",
+    "/api/v1/namespaces/ns",
+    "/apis/modelplane.ai/v1alpha1/namespaces/ns/modeldeployments",
+    "/apis/modelplane.ai/v1alpha1/namespaces/ns/modeldeployments/md",
+    "/apis/modelplane.ai/v1alpha1/namespaces/ns/modeldeployments/md/status",
+    "/apis/modelplane.ai/v1alpha1/namespaces/ns/modeldeployments/md/scale",
+    "/apis/modelplane.ai/v1alpha1/inferenceclusters/byo",
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+];
+
+const VERBS: &[(&str, &str)] = &[
+    ("POST", "application/json"),
+    ("PUT", "application/json"),
+    ("PATCH", "application/merge-patch+json"),
+    ("PATCH", "application/json-patch+json"),
+    ("PATCH", "application/strategic-merge-patch+json"),
+    ("PATCH", "application/apply-patch+yaml"),
+    ("DELETE", "application/json"),
+];
+
+fn server() -> (tempfile::TempDir, Arc<ApiServer>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ApiServer::new(Store::open(&dir.path().join("state.db")).expect("store"));
+    modelplane_apiserver::namespaces::create(&server, "ns").expect("namespace");
+    (dir, server)
+}
+
+async fn send(
+    server: &Arc<ApiServer>,
+    method: &str,
+    uri: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> (StatusCode, Value) {
+    let request = Request::builder()
+        .method(Method::from_bytes(method.as_bytes()).expect("method"))
+        .uri(uri)
+        .header("content-type", content_type)
+        .body(Body::from(body))
+        .expect("request");
+    let response = router(server.clone())
+        .oneshot(request)
+        .await
+        .expect("an answer");
+    let status = response.status();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("a whole body")
+        .to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+async fn seed(server: &Arc<ApiServer>) {
+    for crd in modelplane_api::crds::all_crds() {
+        send(
+            server,
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            "application/json",
+            crd.to_string().into_bytes(),
+        )
+        .await;
+    }
+    let cm = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" }, "data": { "k": "v" } });
+    send(
+        server,
+        "POST",
+        PATHS[0],
+        "application/json",
+        cm.to_string().into_bytes(),
+    )
+    .await;
+}
+
+fn cases() -> u32 {
+    std::env::var("BODY_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(2000)
+}
+
+#[test]
+fn arbitrary_bodies_at_every_verb_get_a_status_and_the_server_stays_up() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (_dir, server) = server();
+    runtime.block_on(seed(&server));
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: cases(),
+        ..ProptestConfig::default()
+    });
+    let strategy = (0..PATHS.len(), 0..VERBS.len(), body());
+    let ran = std::sync::atomic::AtomicU64::new(0);
+    runner
+        .run(&strategy, |(p, v, body)| {
+            let (method, content_type) = VERBS[v];
+            let uri = if content_type.contains("apply") {
+                format!("{}?fieldManager=prop", PATHS[p])
+            } else {
+                PATHS[p].to_string()
+            };
+            let (code, answer) =
+                runtime.block_on(send(&server, method, &uri, content_type, body.clone()));
+            ran.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            prop_assert!(
+                code.is_success() || code.is_client_error(),
+                "{method} {uri} ({content_type}) {}: {code} {answer}",
+                String::from_utf8_lossy(&body[..body.len().min(300)])
+            );
+            if code.is_client_error() {
+                prop_assert_eq!(&answer["kind"], "Status", "{} {}: {}", method, uri, answer);
+            }
+            Ok(())
+        })
+        .expect("every body answered with a Status");
+    let (code, _) = runtime.block_on(send(
+        &server,
+        "GET",
+        "/api/v1/namespaces/ns/configmaps",
+        "application/json",
+        Vec::new(),
+    ));
+    let ran = ran.into_inner();
+    assert_eq!(code, StatusCode::OK, "still serving after {ran} cases");
+    println!("{ran} arbitrary bodies, every one answered 2xx or with a 4xx Status");
+}
