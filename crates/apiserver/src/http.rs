@@ -1911,9 +1911,21 @@ fn watch(
         let initial = from.is_none() || send_initial;
         let s = server.clone();
         let p = prefix.clone();
+        let selective = !filter.is_empty();
         let start = blocking(move || -> Result<(Revision, Vec<Event>), store::Error> {
             match from {
-                Some(rv) if !send_initial => Ok((rv, s.store.events_since(&p, rv)?)),
+                Some(rv) if !send_initial => {
+                    let mut events = s.store.events_since(&p, rv)?;
+                    if selective {
+                        // Selectors need what each object was before.
+                        for event in &mut events {
+                            if event.kind == EventKind::Modified {
+                                event.prev = s.store.value_before(&event.key, event.revision)?;
+                            }
+                        }
+                    }
+                    Ok((rv, events))
+                }
                 _ => {
                     let (rev, items) = s.store.list(&p, None, None)?;
                     let added = items
@@ -1923,6 +1935,7 @@ fn watch(
                             key: st.key,
                             revision: st.revision,
                             value: st.value,
+                            prev: None,
                         })
                         .collect();
                     Ok((rev, added))
@@ -2020,16 +2033,36 @@ impl Drop for WatchSlot {
     }
 }
 
+/// The line a watcher gets for `event`, if any. With selectors, what
+/// counts is whether the object matched before and matches now, as
+/// Kubernetes' watch cache does: starting to match is ADDED, stopping is
+/// DELETED (with the object as it last matched).
 fn render_event(event: &Event, filter: &Filter, metadata: bool) -> Option<Bytes> {
-    let mut object: Value = serde_json::from_slice(&event.value).ok()?;
-    set_resource_version(&mut object, event.revision);
-    if !filter.matches(&object) {
-        return None;
-    }
-    let kind = match event.kind {
-        EventKind::Added => "ADDED",
-        EventKind::Modified => "MODIFIED",
-        EventKind::Deleted => "DELETED",
+    let parse = |raw: &[u8], revision: Revision| -> Option<Value> {
+        let mut object: Value = serde_json::from_slice(raw).ok()?;
+        set_resource_version(&mut object, revision);
+        Some(object)
+    };
+    let object = parse(&event.value, event.revision)?;
+    let now = filter.matches(&object);
+    let (kind, object) = match event.kind {
+        EventKind::Added if now => ("ADDED", object),
+        EventKind::Deleted if now => ("DELETED", object),
+        EventKind::Modified if filter.is_empty() => ("MODIFIED", object),
+        EventKind::Modified => {
+            let before = event
+                .prev
+                .as_deref()
+                .and_then(|raw| parse(raw, event.revision));
+            let matched = before.as_ref().is_some_and(|b| filter.matches(b));
+            match (matched, now) {
+                (true, true) => ("MODIFIED", object),
+                (false, true) => ("ADDED", object),
+                (true, false) => ("DELETED", before?),
+                (false, false) => return None,
+            }
+        }
+        _ => return None,
     };
     if metadata {
         return Some(event_line(kind, &metadata_only(&object)));

@@ -110,6 +110,10 @@ pub struct Event {
     pub revision: Revision,
     /// The new value (the last one for a deletion).
     pub value: Arc<[u8]>,
+    /// The value it replaced, for a modification as it was committed (live
+    /// events); `None` otherwise, and for events read back from the log
+    /// (see [`Store::value_before`]).
+    pub prev: Option<Arc<[u8]>>,
 }
 
 /// A live object.
@@ -344,6 +348,25 @@ impl Store {
         self.read(|c| meta(c, "revision"))
     }
 
+    /// The value `key` had just before `revision`, from the log: `None` when
+    /// it did not exist then or that history is compacted.
+    pub fn value_before(&self, key: &str, revision: Revision) -> Result<Option<Arc<[u8]>>, Error> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT kind, value FROM log WHERE key = ?1 AND rev < ?2 ORDER BY rev DESC LIMIT 1",
+            )?
+            .query_row(params![key, revision], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+            })
+            .optional()
+            .map(|found| {
+                found
+                    .filter(|(kind, _)| EventKind::from_code(*kind) != EventKind::Deleted)
+                    .map(|(_, value)| Arc::from(value))
+            })
+        })
+    }
+
     /// The revision up to which history is compacted.
     pub fn compacted(&self) -> Result<Revision, Error> {
         self.read(|c| meta(c, "compacted"))
@@ -373,6 +396,7 @@ impl Store {
                         key: r.get(1)?,
                         kind: EventKind::from_code(r.get(2)?),
                         value: Arc::from(r.get::<_, Vec<u8>>(3)?),
+                        prev: None,
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -432,6 +456,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, write: &Write, next: Revision) -> Resul
         }),
         _ => Ok(()),
     };
+    let mut prev = None;
     let (kind, key, value) = match write {
         Write::Create { key, value } => {
             if stored(key)?.is_some() {
@@ -448,8 +473,9 @@ fn apply(tx: &rusqlite::Transaction<'_>, write: &Write, next: Revision) -> Resul
             expected,
             value,
         } => {
-            let (actual, _, _) = stored(key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
+            let (actual, _, old) = stored(key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
             check(key, *expected, actual)?;
+            prev = Some(Arc::from(old));
             tx.prepare_cached("UPDATE current SET rev = ?2, value = ?3 WHERE key = ?1")?
                 .execute(params![key, next, value])?;
             (EventKind::Modified, key, value.clone())
@@ -469,6 +495,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, write: &Write, next: Revision) -> Resul
         key: key.clone(),
         revision: next,
         value: Arc::from(value),
+        prev,
     })
 }
 

@@ -1294,3 +1294,39 @@ async fn bodies_of_the_wrong_shape_get_a_status_not_a_dropped_connection() {
     let (code, _) = f.call(Method::GET, &item, None).await;
     assert_eq!(code, StatusCode::OK, "still serving, the object intact");
 }
+
+#[tokio::test]
+async fn a_selective_watch_sees_objects_leave_and_enter_its_selection() {
+    let f = Arc::new(Fixture::new());
+    let (_, created) = f
+        .call(Method::POST, CM, Some(cm("sel", json!({ "team": "a" }))))
+        .await;
+    let from = rv(&created);
+    let uri =
+        format!("{CM}?watch=true&labelSelector=team%3Da&timeoutSeconds=2&resourceVersion={from}");
+    let live = {
+        let (f, uri) = (f.clone(), uri.clone());
+        tokio::spawn(async move { f.watch(&uri).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let relabel = |team: &str| json!({ "metadata": { "labels": { "team": team } } });
+    f.call(Method::PATCH, &format!("{CM}/sel"), Some(relabel("b")))
+        .await;
+    f.call(Method::PATCH, &format!("{CM}/sel"), Some(relabel("a")))
+        .await;
+    let expect = |events: &[Value]| {
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert_eq!(kinds, ["DELETED", "ADDED"], "{events:?}");
+        assert_eq!(
+            events[0]["object"]["metadata"]["labels"]["team"], "a",
+            "deleted as it last matched"
+        );
+        assert_eq!(events[1]["object"]["metadata"]["labels"]["team"], "a");
+    };
+    expect(&live.await.expect("live watch"));
+    // The same from the log, resumed from before the changes.
+    expect(
+        &f.watch(&uri.replace("timeoutSeconds=2", "timeoutSeconds=1"))
+            .await,
+    );
+}
