@@ -34,31 +34,62 @@ impl std::fmt::Display for Conflicts {
     }
 }
 
-/// Fields no manager owns: identity and server-owned metadata.
-fn ignored(path: &[String]) -> bool {
-    match path {
-        [first] => matches!(first.as_str(), "apiVersion" | "kind" | "status"),
-        [first, ..] if first == "status" => true,
-        [meta, key, ..] if meta == "metadata" => !matches!(
-            key.as_str(),
-            "labels" | "annotations" | "finalizers" | "ownerReferences"
-        ),
-        _ => false,
+/// Which part of an object a write addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The main resource; `status` is left out when it has its own subresource.
+    Main {
+        /// The kind has a status subresource.
+        status_subresource: bool,
+    },
+    /// The status subresource: only `status`.
+    Status,
+}
+
+impl Scope {
+    fn subresource(self) -> Option<&'static str> {
+        match self {
+            Scope::Status => Some("status"),
+            Scope::Main { .. } => None,
+        }
     }
 }
 
-/// The leaf paths of an applied object (maps recurse; anything else is a leaf).
-fn leaves(value: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
+/// Fields no manager owns in `scope`: identity, server-owned metadata, and
+/// what belongs to the other endpoint.
+fn ignored(path: &[String], scope: Scope) -> bool {
+    let first = path.first().map(String::as_str);
+    match scope {
+        Scope::Status => first != Some("status"),
+        Scope::Main { status_subresource } => match path {
+            [only] => {
+                matches!(only.as_str(), "apiVersion" | "kind")
+                    || (status_subresource && only == "status")
+            }
+            [first, ..] if first == "status" => status_subresource,
+            [meta, key, ..] if meta == "metadata" => !matches!(
+                key.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences"
+            ),
+            _ => false,
+        },
+    }
+}
+
+/// The leaf paths of an object in `scope` (maps recurse; anything else is a leaf).
+fn leaves(value: &Value, scope: Scope, prefix: &mut Path, out: &mut BTreeSet<Path>) {
     match value {
         Value::Object(map) if !map.is_empty() || prefix.is_empty() => {
             for (k, v) in map {
                 prefix.push(k.clone());
-                if !ignored(prefix) {
-                    leaves(v, prefix, out);
+                // `metadata` alone is no field, only what is inside it.
+                if !ignored(prefix, scope) || (prefix.len() == 1 && k == "metadata") {
+                    leaves(v, scope, prefix, out);
                 }
                 prefix.pop();
             }
         }
+        _ if prefix.is_empty() || ignored(prefix, scope) => {}
         _ => {
             out.insert(prefix.clone());
         }
@@ -127,11 +158,44 @@ fn set(value: &mut Value, path: &[String], leaf: Value) {
         }
         here = &mut here[key.as_str()];
     }
-    here[last.as_str()] = leaf;
+    if here.is_object() {
+        here[last.as_str()] = leaf;
+    }
 }
 
-/// The managers and their owned paths, from `metadata.managedFields`.
-fn managers(object: &Value) -> Vec<(String, BTreeSet<Path>)> {
+/// One entry of `metadata.managedFields`: who owns which fields, through
+/// which operation and endpoint.
+#[derive(Clone, Debug)]
+struct Entry {
+    manager: String,
+    operation: String,
+    subresource: Option<String>,
+    api_version: Value,
+    time: Value,
+    paths: BTreeSet<Path>,
+}
+
+impl Entry {
+    fn is(&self, manager: &str, operation: &str, subresource: Option<&str>) -> bool {
+        self.manager == manager
+            && self.operation == operation
+            && self.subresource.as_deref() == subresource
+    }
+
+    fn to_json(&self) -> Value {
+        let mut entry = json!({
+            "manager": self.manager, "operation": self.operation, "apiVersion": self.api_version,
+            "time": self.time, "fieldsType": "FieldsV1", "fieldsV1": fields_v1(&self.paths),
+        });
+        if let Some(sub) = &self.subresource {
+            entry["subresource"] = json!(sub);
+        }
+        entry
+    }
+}
+
+/// The entries of `metadata.managedFields`.
+fn entries(object: &Value) -> Vec<Entry> {
     object["metadata"]["managedFields"]
         .as_array()
         .into_iter()
@@ -139,51 +203,79 @@ fn managers(object: &Value) -> Vec<(String, BTreeSet<Path>)> {
         .filter_map(|entry| {
             let mut paths = BTreeSet::new();
             paths_of(&entry["fieldsV1"], &mut Vec::new(), &mut paths);
-            Some((entry["manager"].as_str()?.to_string(), paths))
+            Some(Entry {
+                manager: entry["manager"].as_str()?.to_string(),
+                operation: entry["operation"].as_str().unwrap_or("Apply").to_string(),
+                subresource: entry["subresource"].as_str().map(str::to_string),
+                api_version: entry["apiVersion"].clone(),
+                time: entry["time"].clone(),
+                paths,
+            })
         })
         .collect()
 }
 
-/// Applies `applied` for `manager` onto `live` (absent for a create).
+fn store_entries(object: &mut Value, entries: &[Entry]) {
+    let kept: Vec<Value> = entries
+        .iter()
+        .filter(|e| !e.paths.is_empty())
+        .map(Entry::to_json)
+        .collect();
+    if let Some(meta) = object["metadata"].as_object_mut() {
+        if kept.is_empty() {
+            meta.remove("managedFields");
+        } else {
+            meta.insert("managedFields".into(), Value::Array(kept));
+        }
+    }
+}
+
+/// Applies `applied` for `manager` onto `live` (absent for a create), in
+/// `scope`: the manager owns what it applies; what it applied before and
+/// leaves out now goes unless another manager owns it; a field another
+/// manager owns with a different value is a conflict unless `force`, which
+/// takes it over.
 pub fn apply(
     live: Option<&Value>,
     applied: &Value,
     manager: &str,
     force: bool,
     now: &str,
+    scope: Scope,
 ) -> Result<Value, Conflicts> {
+    let subresource = scope.subresource();
     let mut wanted = BTreeSet::new();
-    leaves(applied, &mut Vec::new(), &mut wanted);
-    let mut others = live.map(managers).unwrap_or_default();
-    let previous: BTreeSet<Path> = others
+    leaves(applied, scope, &mut Vec::new(), &mut wanted);
+    let mut all = live.map(entries).unwrap_or_default();
+    let previous: BTreeSet<Path> = all
         .iter()
-        .find(|(m, _)| m == manager)
-        .map(|(_, p)| p.clone())
+        .find(|e| e.is(manager, "Apply", subresource))
+        .map(|e| e.paths.clone())
         .unwrap_or_default();
-    others.retain(|(m, _)| m != manager);
+    all.retain(|e| !e.is(manager, "Apply", subresource));
 
     let conflicts: Vec<(String, String)> = wanted
         .iter()
         .filter(|path| live.and_then(|l| get(l, path)) != get(applied, path))
         .flat_map(|path| {
-            others
-                .iter()
-                .filter(|(_, owned)| owned.contains(path))
-                .map(|(m, _)| (m.clone(), path.join(".")))
+            all.iter()
+                .filter(|e| e.manager != manager && e.paths.contains(path))
+                .map(|e| (e.manager.clone(), path.join(".")))
         })
         .collect();
     if !conflicts.is_empty() && !force {
         return Err(Conflicts(conflicts));
     }
-    if force {
-        for (_, owned) in &mut others {
-            owned.retain(|p| !wanted.contains(p));
+    // What this manager applies now is its own alone (forced, or agreed).
+    for entry in &mut all {
+        if force || entry.manager == manager {
+            entry.paths.retain(|p| !wanted.contains(p));
         }
     }
 
     let mut result = live.cloned().unwrap_or_else(|| json!({}));
     for path in previous.difference(&wanted) {
-        if !others.iter().any(|(_, owned)| owned.contains(path)) {
+        if !all.iter().any(|e| e.paths.contains(path)) {
             remove(&mut result, path);
         }
     }
@@ -192,25 +284,76 @@ pub fn apply(
             set(&mut result, path, value.clone());
         }
     }
-    for key in ["apiVersion", "kind"] {
-        if let Some(v) = applied.get(key) {
-            result[key] = v.clone();
+    if scope != Scope::Status {
+        for key in ["apiVersion", "kind"] {
+            if let Some(v) = applied.get(key) {
+                result[key] = v.clone();
+            }
+        }
+        for key in ["name", "namespace"] {
+            if let Some(v) = applied["metadata"].get(key) {
+                result["metadata"][key] = v.clone();
+            }
         }
     }
-    for key in ["name", "namespace"] {
-        if let Some(v) = applied["metadata"].get(key) {
-            result["metadata"][key] = v.clone();
-        }
+    if !result["metadata"].is_object() {
+        result["metadata"] = json!({});
     }
-    let api_version = applied["apiVersion"].clone();
-    let mut entries: Vec<Value> = others
-        .into_iter()
-        .filter(|(_, owned)| !owned.is_empty())
-        .map(|(m, owned)| json!({ "manager": m, "operation": "Apply", "apiVersion": api_version, "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields_v1(&owned) }))
-        .collect();
-    entries.push(json!({ "manager": manager, "operation": "Apply", "apiVersion": api_version, "time": now, "fieldsType": "FieldsV1", "fieldsV1": fields_v1(&wanted) }));
-    result["metadata"]["managedFields"] = Value::Array(entries);
+    all.push(Entry {
+        manager: manager.to_string(),
+        operation: "Apply".into(),
+        subresource: subresource.map(str::to_string),
+        api_version: applied["apiVersion"].clone(),
+        time: json!(now),
+        paths: wanted,
+    });
+    store_entries(&mut result, &all);
     Ok(result)
+}
+
+/// Records a write that is not an apply (create, replace, patch): `manager`
+/// takes ownership of every field in `scope` it set or changed, from
+/// whoever owned it (updates never conflict); fields it removed are owned by
+/// nobody. Kept in `new`'s `metadata.managedFields`, based on `old`'s.
+pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &str, scope: Scope) {
+    let subresource = scope.subresource();
+    let (mut before, mut after) = (BTreeSet::new(), BTreeSet::new());
+    if let Some(old) = old {
+        leaves(old, scope, &mut Vec::new(), &mut before);
+    }
+    leaves(new, scope, &mut Vec::new(), &mut after);
+    let changed: BTreeSet<Path> = after
+        .iter()
+        .filter(|p| old.and_then(|o| get(o, p)) != get(new, p))
+        .cloned()
+        .collect();
+    let mut all = old.map(entries).unwrap_or_default();
+    for entry in &mut all {
+        entry
+            .paths
+            .retain(|p| after.contains(p) && !changed.contains(p));
+    }
+    if !changed.is_empty() {
+        match all
+            .iter_mut()
+            .find(|e| e.is(manager, "Update", subresource))
+        {
+            Some(entry) => {
+                entry.paths.extend(changed);
+                entry.time = json!(now);
+            }
+            None => all.push(Entry {
+                manager: manager.to_string(),
+                operation: "Update".into(),
+                subresource: subresource.map(str::to_string),
+                api_version: new["apiVersion"].clone(),
+                time: json!(now),
+                paths: changed,
+            }),
+        }
+    }
+    let _ = before;
+    store_entries(new, &all);
 }
 
 #[cfg(test)]
@@ -221,6 +364,67 @@ mod tests {
 
     fn cm(data: Value) -> Value {
         json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" }, "data": data })
+    }
+
+    const MAIN: Scope = Scope::Main {
+        status_subresource: false,
+    };
+
+    fn apply(
+        live: Option<&Value>,
+        applied: &Value,
+        manager: &str,
+        force: bool,
+        now: &str,
+    ) -> Result<Value, Conflicts> {
+        super::apply(live, applied, manager, force, now, MAIN)
+    }
+
+    fn managers(object: &Value) -> Vec<(String, BTreeSet<Path>)> {
+        entries(object)
+            .into_iter()
+            .map(|e| (e.manager, e.paths))
+            .collect()
+    }
+
+    #[test]
+    fn an_apply_conflicts_with_a_field_an_update_set_unless_forced() {
+        let alice = apply(None, &cm(json!({ "a": "1" })), "alice", false, NOW).expect("alice");
+        let mut edited = alice.clone();
+        edited["data"]["a"] = json!("edited");
+        record_update(Some(&alice), &mut edited, "kubectl-edit", NOW, MAIN);
+        let owners = managers(&edited);
+        assert!(
+            owners
+                .iter()
+                .any(|(m, p)| m == "kubectl-edit" && p.len() == 1)
+        );
+        assert!(
+            owners.iter().all(|(m, _)| m != "alice"),
+            "the update took data.a over"
+        );
+        let again = apply(Some(&edited), &cm(json!({ "a": "1" })), "alice", false, NOW);
+        assert_eq!(
+            again.expect_err("kubectl-edit owns data.a now").0,
+            vec![("kubectl-edit".to_string(), "data.a".to_string())]
+        );
+        let forced =
+            apply(Some(&edited), &cm(json!({ "a": "1" })), "alice", true, NOW).expect("forced");
+        assert_eq!(forced["data"]["a"], "1");
+    }
+
+    #[test]
+    fn status_is_applied_on_its_own_subresource() {
+        let scope = Scope::Status;
+        let live = json!({ "apiVersion": "v1", "kind": "X", "metadata": { "name": "x" }, "spec": { "a": 1 } });
+        let applied = json!({ "apiVersion": "v1", "kind": "X", "metadata": { "name": "x" }, "status": { "ready": true }, "spec": { "a": 2 } });
+        let out = super::apply(Some(&live), &applied, "ctl", true, NOW, scope).expect("status");
+        assert_eq!(out["status"]["ready"], true);
+        assert_eq!(
+            out["spec"]["a"], 1,
+            "the status endpoint writes only status"
+        );
+        assert_eq!(out["metadata"]["managedFields"][0]["subresource"], "status");
     }
 
     #[test]

@@ -237,6 +237,22 @@ struct Target {
     scale: bool,
     /// `fieldValidation` and `dryRun` of the request.
     options: WriteOptions,
+    /// Who writes: the `fieldManager`, else the client's User-Agent up to
+    /// its first `/`, as Kubernetes names managers of updates.
+    manager: String,
+}
+
+impl Target {
+    /// The fields this request addresses, for ownership.
+    fn scope(&self) -> crate::apply::Scope {
+        if self.status {
+            crate::apply::Scope::Status
+        } else {
+            crate::apply::Scope::Main {
+                status_subresource: self.resource.status,
+            }
+        }
+    }
 }
 
 /// How the request asks its write to be handled (`apiserver.md` §3.13, §3.14).
@@ -384,6 +400,7 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         status,
         scale,
         options: WriteOptions::default(),
+        manager: String::new(),
     })
 }
 
@@ -617,6 +634,16 @@ async fn handle(
         let mut target = parse_target(&server, uri.path())?;
         let query = query(&uri);
         target.options = WriteOptions::from_query(&query)?;
+        target.manager = match query.get("fieldManager").filter(|m| !m.is_empty()) {
+            Some(manager) => manager.clone(),
+            None => headers
+                .get(header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|ua| ua.split('/').next())
+                .filter(|m| !m.is_empty())
+                .unwrap_or("unknown")
+                .to_string(),
+        };
         match (&method, target.name.clone()) {
             (&Method::GET | &Method::PUT | &Method::PATCH, Some(name)) if target.scale => {
                 scale(&server, &target, &name, &method, &body).await
@@ -874,9 +901,11 @@ async fn create(
     .map_err(|r| refusal(target, &given, r))?;
     let (mut object, warnings) = admit(server, target, object, None)?;
     crate::object::builtin_defaults(&mut object, &target.resource);
+    let now = crate::object::now();
+    crate::apply::record_update(None, &mut object, &target.manager, &now, target.scope());
     let is_crd = target.resource.plural == "customresourcedefinitions";
     if is_crd {
-        crate::crd::accept(&mut object, &crate::object::now());
+        crate::crd::accept(&mut object, &now);
     }
     if target.resource.names_are_labels() {
         crate::namespaces::activate(&mut object);
@@ -1041,12 +1070,20 @@ async fn update_to(
     name: &str,
     old: &Stored,
     old_object: &Value,
-    mut new: Value,
-    expected: Option<Revision>,
+    successor: Successor,
 ) -> Result<Response, Failure> {
-    let (new, change, warnings) = if target.status {
-        let (new, change) = prepare_status_update(old_object, &new);
-        (new, change, Vec::new())
+    let Successor {
+        object: mut new,
+        expected,
+        applied,
+    } = successor;
+    let (mut new, change, warnings) = if target.status {
+        let managed = new["metadata"]["managedFields"].clone();
+        let (mut out, change) = prepare_status_update(old_object, &new);
+        if applied {
+            out["metadata"]["managedFields"] = managed;
+        }
+        (out, change, Vec::new())
     } else {
         new["apiVersion"] = json!(target.resource.api_version());
         new["kind"] = json!(target.resource.kind);
@@ -1056,11 +1093,30 @@ async fn update_to(
             .map_err(|r| refusal(target, name, r))?;
         (new, change, warnings)
     };
+    if !applied && change == Change::Changed {
+        let now = crate::object::now();
+        crate::apply::record_update(
+            Some(old_object),
+            &mut new,
+            &target.manager,
+            &now,
+            target.scope(),
+        );
+    }
     let response = store_update(server, target, name, old, new, change, expected).await?;
     if target.resource.plural == "customresourcedefinitions" {
         server.sync_crds();
     }
     Ok(with_warnings(response, &warnings))
+}
+
+/// What a write makes of an object: the new object, the revision it must
+/// replace (if the client said), and whether it came from an apply (which
+/// records its own ownership) rather than an update.
+struct Successor {
+    object: Value,
+    expected: Option<Revision>,
+    applied: bool,
 }
 
 /// Stores `new` (already prepared) as the successor of `old`, unless nothing changed.
@@ -1160,7 +1216,19 @@ async fn replace(
     }
     let old = read(server, target, name).await?;
     let old_object = decode(&old)?;
-    update_to(server, target, name, &old, &old_object, new, expected).await
+    update_to(
+        server,
+        target,
+        name,
+        &old,
+        &old_object,
+        Successor {
+            object: new,
+            expected,
+            applied: false,
+        },
+    )
+    .await
 }
 
 /// A kind served by a CRD rather than built in.
@@ -1215,8 +1283,8 @@ async fn server_side_apply(
         .map_err(|e| store_failure(target, name, e))?;
     let Some(old) = live else {
         check_namespace(server, target).await?;
-        let mut object =
-            crate::apply::apply(None, &applied, manager, force, &now).map_err(conflict)?;
+        let mut object = crate::apply::apply(None, &applied, manager, force, &now, target.scope())
+            .map_err(conflict)?;
         object["metadata"]["name"] = json!(name);
         let managed = object["metadata"]["managedFields"].clone();
         prepare_create(
@@ -1256,9 +1324,30 @@ async fn server_side_apply(
         ));
     };
     let old_object = decode(&old)?;
-    let new =
-        crate::apply::apply(Some(&old_object), &applied, manager, force, &now).map_err(conflict)?;
-    update_to(server, target, name, &old, &old_object, new, None).await
+    let new = crate::apply::apply(
+        Some(&old_object),
+        &applied,
+        manager,
+        force,
+        &now,
+        target.scope(),
+    )
+    .map_err(conflict)?;
+    // A resourceVersion in the applied object is a precondition.
+    let expected = precondition(&applied)?;
+    update_to(
+        server,
+        target,
+        name,
+        &old,
+        &old_object,
+        Successor {
+            object: new,
+            expected,
+            applied: true,
+        },
+    )
+    .await
 }
 
 /// Sets the value at a simple JSONPath (`.spec.replicas`), creating maps.
@@ -1347,9 +1436,20 @@ async fn scale(
     };
     let mut new = old_object.clone();
     set_at(&mut new, &paths.spec_replicas, json!(replicas));
-    let (parts, body) = update_to(server, target, name, &old, &old_object, new, expected)
-        .await?
-        .into_parts();
+    let (parts, body) = update_to(
+        server,
+        target,
+        name,
+        &old,
+        &old_object,
+        Successor {
+            object: new,
+            expected,
+            applied: false,
+        },
+    )
+    .await?
+    .into_parts();
     let body = axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
         Failure::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -1420,7 +1520,19 @@ async fn patch(
             "the patched object must be a JSON object with an object `metadata`",
         ));
     }
-    update_to(server, target, name, &old, &old_object, new, expected).await
+    update_to(
+        server,
+        target,
+        name,
+        &old,
+        &old_object,
+        Successor {
+            object: new,
+            expected,
+            applied: false,
+        },
+    )
+    .await
 }
 
 async fn delete(

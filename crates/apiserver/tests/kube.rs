@@ -193,7 +193,10 @@ mod controller {
         Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
             .patch(
                 &child.name_any(),
-                &PatchParams::apply("test-controller"),
+                // Forced, as controllers apply what they own: an edit by
+                // someone else took the field over, and Kubernetes answers
+                // an unforced apply of it with a 409.
+                &PatchParams::apply("test-controller").force(),
                 &Patch::Apply(child),
             )
             .await?;
@@ -542,4 +545,100 @@ async fn status_and_scale_subresources_through_their_api_calls() {
         Some(5),
         "status writes ignore the spec"
     );
+}
+
+#[tokio::test]
+async fn apply_owns_fields_conflicts_name_the_owner_and_status_and_scale_take_applies() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let (_dir, _server, client) = client();
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let applied = |value: &str| -> ConfigMap {
+        serde_json::from_value(json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "owned" }, "data": { "k": value } }))
+            .expect("cm")
+    };
+    api.patch(
+        "owned",
+        &PatchParams::apply("alice"),
+        &Patch::Apply(applied("1")),
+    )
+    .await
+    .expect("create by apply");
+    // An update takes the field over; an unforced apply of it is a 409
+    // naming the manager and the field.
+    api.patch(
+        "owned",
+        &PatchParams {
+            field_manager: Some("editor".into()),
+            ..Default::default()
+        },
+        &Patch::Merge(json!({ "data": { "k": "2" } })),
+    )
+    .await
+    .expect("edit");
+    let conflict = api
+        .patch(
+            "owned",
+            &PatchParams::apply("alice"),
+            &Patch::Apply(applied("1")),
+        )
+        .await;
+    match conflict {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 409);
+            assert!(
+                e.message.contains("conflict with \"editor\"") && e.message.contains(".data.k"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let forced = api
+        .patch(
+            "owned",
+            &PatchParams::apply("alice").force(),
+            &Patch::Apply(applied("1")),
+        )
+        .await
+        .expect("forced");
+    assert_eq!(
+        forced.data.unwrap_or_default().get("k").map(String::as_str),
+        Some("1")
+    );
+
+    // Server-side apply on /status and /scale takes effect.
+    let deployments: Api<Deployment> = Api::default_namespaced(client.clone());
+    let parent: Deployment = serde_json::from_value(json!({
+        "metadata": { "name": "web" },
+        "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "web" } },
+                  "template": { "metadata": { "labels": { "app": "web" } }, "spec": { "containers": [{ "name": "c", "image": "nginx" }] } } },
+    }))
+    .expect("deployment");
+    deployments
+        .create(&PostParams::default(), &parent)
+        .await
+        .expect("create");
+    let status = json!({ "apiVersion": "apps/v1", "kind": "Deployment", "status": { "observedGeneration": 1, "readyReplicas": 1 } });
+    deployments
+        .patch_status(
+            "web",
+            &PatchParams::apply("ctl").force(),
+            &Patch::Apply(status),
+        )
+        .await
+        .expect("apply status");
+    let got = deployments.get_status("web").await.expect("status");
+    assert_eq!(got.status.and_then(|s| s.ready_replicas), Some(1));
+    let scale =
+        json!({ "apiVersion": "autoscaling/v1", "kind": "Scale", "spec": { "replicas": 3 } });
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::apply("ctl").force(),
+            &Patch::Apply(scale),
+        )
+        .await
+        .expect("apply scale");
+    let got = deployments.get("web").await.expect("get");
+    assert_eq!(got.spec.and_then(|s| s.replicas), Some(3));
 }

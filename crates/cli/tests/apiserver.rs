@@ -440,7 +440,14 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
         }
         server.kubectl(&cache, &args)
     };
-    let (ok, out, err) = ssa("5", "team-a", false);
+    // The object was made by client-side apply: taking its fields over with
+    // another manager needs --force-conflicts, as on Kubernetes.
+    let (ok, _, err) = ssa("5", "team-a", false);
+    assert!(
+        !ok && err.contains("conflict with \"kubectl-client-side-apply\""),
+        "{err}"
+    );
+    let (ok, out, err) = ssa("5", "team-a", true);
     assert!(
         ok && out.contains("modeldeployment.modelplane.ai/qwen3-8b serverside-applied"),
         "{out}{err}"
