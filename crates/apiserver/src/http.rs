@@ -196,6 +196,10 @@ pub struct Failure {
     reason: &'static str,
     message: String,
     details: Option<Value>,
+    /// Another write landed between this request's read and its write: the
+    /// request may be run again as a whole (its own preconditions, if any,
+    /// are checked again then), as kube-apiserver retries internally.
+    race: bool,
 }
 
 impl Failure {
@@ -205,6 +209,7 @@ impl Failure {
             reason,
             message: message.into(),
             details: None,
+            race: false,
         }
     }
 
@@ -644,30 +649,14 @@ async fn handle(
                 .unwrap_or("unknown")
                 .to_string(),
         };
-        match (&method, target.name.clone()) {
-            (&Method::GET | &Method::PUT | &Method::PATCH, Some(name)) if target.scale => {
-                scale(&server, &target, &name, &method, &body).await
+        // A write that lost a race to another is run again (a few times).
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match dispatch(&server, &target, &method, &uri, &headers, &query, &body).await {
+                Err(failure) if failure.race && attempts < RACE_RETRIES => continue,
+                other => return other,
             }
-            (&Method::GET, Some(name)) => get(&server, &target, &name, &headers).await,
-            (&Method::GET, None)
-                if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
-            {
-                watch(server.clone(), target, &query, shape(&headers))
-            }
-            (&Method::GET, None) => list(&server, &target, &query, &headers).await,
-            (&Method::POST, None) => create(&server, &target, &body).await,
-            (&Method::PUT, Some(name)) => {
-                replace(&server, &target, &name, parse_body(&body)?).await
-            }
-            (&Method::PATCH, Some(name)) => {
-                patch(&server, &target, &name, &body, &headers, &query).await
-            }
-            (&Method::DELETE, Some(name)) => delete(&server, &target, &name, &body, &query).await,
-            _ => Err(Failure::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "MethodNotAllowed",
-                format!("{method} is not supported on {}", uri.path()),
-            )),
         }
     };
     // A request must never take the connection down with it: should a
@@ -680,6 +669,46 @@ async fn handle(
             "the server could not handle this request",
         )
         .into_response(),
+    }
+}
+
+/// Times a request that lost a write race is run before its 409 is answered.
+const RACE_RETRIES: u32 = 64;
+
+/// Runs one request against its target.
+async fn dispatch(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    method: &Method,
+    uri: &Uri,
+    headers: &axum::http::HeaderMap,
+    query: &BTreeMap<String, String>,
+    body: &Bytes,
+) -> Result<Response, Failure> {
+    {
+        match (method, target.name.clone()) {
+            (&Method::GET | &Method::PUT | &Method::PATCH, Some(name)) if target.scale => {
+                scale(server, target, &name, method, body).await
+            }
+            (&Method::GET, Some(name)) => get(server, target, &name, headers).await,
+            (&Method::GET, None)
+                if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
+            {
+                watch(server.clone(), target.clone(), query, shape(headers))
+            }
+            (&Method::GET, None) => list(server, target, query, headers).await,
+            (&Method::POST, None) => create(server, target, body).await,
+            (&Method::PUT, Some(name)) => replace(server, target, &name, parse_body(body)?).await,
+            (&Method::PATCH, Some(name)) => {
+                patch(server, target, &name, body, headers, query).await
+            }
+            (&Method::DELETE, Some(name)) => delete(server, target, &name, body, query).await,
+            _ => Err(Failure::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                format!("{method} is not supported on {}", uri.path()),
+            )),
+        }
     }
 }
 
@@ -814,7 +843,13 @@ async fn write(
                 "the store is shutting down",
             )
         })?
-        .map_err(|e| store_failure(target, name, e))
+        .map_err(|e| {
+            let race = matches!(e, store::Error::Conflict { .. });
+            Failure {
+                race,
+                ..store_failure(target, name, e)
+            }
+        })
 }
 
 /// What `w` would store, checked against the current state (existence,

@@ -642,3 +642,43 @@ async fn apply_owns_fields_conflicts_name_the_owner_and_status_and_scale_take_ap
     let got = deployments.get("web").await.expect("get");
     assert_eq!(got.spec.and_then(|s| s.replicas), Some(3));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_unconditional_patches_all_succeed_and_all_land() {
+    let (_dir, _server, client) = client();
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    api.create(&PostParams::default(), &cm("shared"))
+        .await
+        .expect("create");
+    let mut writers = Vec::new();
+    for i in 0..64 {
+        let api = api.clone();
+        writers.push(tokio::spawn(async move {
+            api.patch(
+                "shared",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "data": { format!("k{i}"): i.to_string() } })),
+            )
+            .await
+        }));
+    }
+    for writer in writers {
+        writer
+            .await
+            .expect("task")
+            .expect("an unconditional patch never loses a race");
+    }
+    let data = api
+        .get("shared")
+        .await
+        .expect("get")
+        .data
+        .unwrap_or_default();
+    for i in 0..64 {
+        assert_eq!(
+            data.get(&format!("k{i}")).map(String::as_str),
+            Some(i.to_string().as_str()),
+            "k{i}"
+        );
+    }
+}
