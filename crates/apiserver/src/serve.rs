@@ -193,25 +193,77 @@ pub async fn serve(
     }));
     tokio::spawn(crate::gc::resume(server.clone()));
     tokio::spawn(crate::namespaces::resume(server.clone()));
+    tokio::spawn(compact_periodically(server.clone()));
     ready(addr, &path);
     tokio::pin!(shutdown);
     loop {
-        let (tcp, _) = tokio::select! {
-            accepted = listener.accept() => accepted?,
+        let tcp = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, _)) => tcp,
+                // Out of descriptors and the like: back off, keep serving.
+                Err(_) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
             () = &mut shutdown => return Ok(()),
         };
         let (acceptor, app) = (acceptor.clone(), app.clone());
         tokio::spawn(async move {
-            // A failed handshake concerns that client only.
-            let Ok(tls) = acceptor.accept(tcp).await else {
+            // A failed or stalled handshake concerns that client only.
+            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+            else {
                 return;
             };
             let service = hyper_util::service::TowerToHyperService::new(app);
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
+            let mut builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT);
+            let _ = builder
+                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
         });
+    }
+}
+
+/// Time a client has to complete its TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Time a client has to send a request's head.
+const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// History kept for watches to resume from, as Kubernetes compacts etcd
+/// every 5 minutes.
+const RETENTION: std::time::Duration = std::time::Duration::from_secs(5 * 60);
+
+/// Compacts the revision log on its own: every minute, up to the revision
+/// the store had [`RETENTION`] ago, so the log (and the file) stay bounded
+/// under any write load while watches can still resume from recent history.
+async fn compact_periodically(server: std::sync::Arc<ApiServer>) {
+    let mut seen: std::collections::VecDeque<(std::time::Instant, crate::Revision)> =
+        std::collections::VecDeque::new();
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        let s = server.clone();
+        let Ok(Ok(revision)) = tokio::task::spawn_blocking(move || s.store().revision()).await
+        else {
+            continue;
+        };
+        seen.push_back((std::time::Instant::now(), revision));
+        let mut old_enough = None;
+        while let Some((at, rev)) = seen.front().copied() {
+            if at.elapsed() < RETENTION {
+                break;
+            }
+            old_enough = Some(rev);
+            seen.pop_front();
+        }
+        if let Some(rev) = old_enough {
+            let s = server.clone();
+            let _ = tokio::task::spawn_blocking(move || s.store().compact(rev)).await;
+        }
     }
 }
 

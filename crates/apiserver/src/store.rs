@@ -367,6 +367,17 @@ impl Store {
         })
     }
 
+    /// How the store keeps its data, as SQLite reports it on the writer's
+    /// connection: the journal mode (`wal`) and the sync level (2 is FULL:
+    /// a commit returns once the WAL is on disk).
+    pub fn durability(&self) -> Result<(String, i64), Error> {
+        self.read(|c| {
+            let journal: String = c.pragma_query_value(None, "journal_mode", |r| r.get(0))?;
+            let synchronous: i64 = c.pragma_query_value(None, "synchronous", |r| r.get(0))?;
+            Ok((journal, synchronous))
+        })
+    }
+
     /// The revision up to which history is compacted.
     pub fn compacted(&self) -> Result<Revision, Error> {
         self.read(|c| meta(c, "compacted"))

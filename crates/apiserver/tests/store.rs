@@ -301,3 +301,15 @@ fn every_acknowledged_write_survives_sigkill() {
     let next = create(&store, "/cm/ns/after", "x").expect("create");
     assert!(next.revision > revision);
 }
+
+#[test]
+fn the_store_runs_in_wal_mode_and_syncs_every_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = modelplane_apiserver::Store::open(&dir.path().join("state.db")).expect("store");
+    let (journal, synchronous) = store.durability().expect("pragmas");
+    assert_eq!(journal, "wal");
+    assert_eq!(
+        synchronous, 2,
+        "synchronous=FULL: a commit returns once its WAL frames are on disk"
+    );
+}
