@@ -2027,7 +2027,13 @@ fn watch(
     shape: Shape,
 ) -> Result<Response, Failure> {
     let filter = Filter::from_query(query)?;
-    let metadata = shape == Shape::Metadata;
+    let form = match shape {
+        Shape::Metadata => Form::Metadata,
+        // `kubectl get -w`: each event a one-row Table, so every line keeps
+        // the printer columns.
+        Shape::Table => Form::Table(Box::new(target.resource.clone())),
+        Shape::Full => Form::Full,
+    };
     let timeout = query
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())
@@ -2100,7 +2106,7 @@ fn watch(
         };
         for event in &backlog {
             seen = seen.max(event.revision);
-            if let Some(line) = render_event(event, &filter, metadata)
+            if let Some(line) = render_event(event, &filter, &form)
                 && tx.send(line).await.is_err()
             {
                 return;
@@ -2124,7 +2130,7 @@ fn watch(
                             continue;
                         }
                         seen = event.revision;
-                        if let Some(line) = render_event(&event, &filter, metadata)
+                        if let Some(line) = render_event(&event, &filter, &form)
                             && tx.send(line).await.is_err()
                         {
                             return;
@@ -2184,7 +2190,14 @@ impl Drop for WatchSlot {
 /// counts is whether the object matched before and matches now, as
 /// Kubernetes' watch cache does: starting to match is ADDED, stopping is
 /// DELETED (with the object as it last matched).
-fn render_event(event: &Event, filter: &Filter, metadata: bool) -> Option<Bytes> {
+/// How a watch's objects are written.
+enum Form {
+    Full,
+    Metadata,
+    Table(Box<Resource>),
+}
+
+fn render_event(event: &Event, filter: &Filter, form: &Form) -> Option<Bytes> {
     let parse = |raw: &[u8], revision: Revision| -> Option<Value> {
         let mut object: Value = serde_json::from_slice(raw).ok()?;
         set_resource_version(&mut object, revision);
@@ -2211,10 +2224,14 @@ fn render_event(event: &Event, filter: &Filter, metadata: bool) -> Option<Bytes>
         }
         _ => return None,
     };
-    if metadata {
-        return Some(event_line(kind, &metadata_only(&object)));
-    }
-    Some(event_line(kind, &object))
+    Some(match form {
+        Form::Full => event_line(kind, &object),
+        Form::Metadata => event_line(kind, &metadata_only(&object)),
+        Form::Table(resource) => {
+            let revision = event.revision.to_string();
+            event_line(kind, &crate::table::table(resource, &[object], &revision))
+        }
+    })
 }
 
 #[cfg(test)]

@@ -1330,3 +1330,42 @@ async fn a_selective_watch_sees_objects_leave_and_enter_its_selection() {
             .await,
     );
 }
+
+#[tokio::test]
+async fn a_table_watch_sends_each_event_as_a_table_row() {
+    let f = Fixture::new();
+    f.call(Method::POST, CM, Some(cm("t", json!({})))).await;
+    let request = Request::builder()
+        .uri(format!(
+            "{CM}?watch=true&resourceVersion=0&timeoutSeconds=1"
+        ))
+        .header(
+            "accept",
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+        )
+        .body(Body::empty())
+        .expect("request");
+    let response = router(f.server.clone())
+        .oneshot(request)
+        .await
+        .expect("response");
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let events: Vec<Value> = String::from_utf8_lossy(&bytes)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event"))
+        .collect();
+    assert_eq!(events[0]["type"], "ADDED");
+    let table = &events[0]["object"];
+    assert_eq!(table["kind"], "Table", "{table}");
+    assert_eq!(table["rows"][0]["cells"][0], "t");
+    assert!(
+        table["columnDefinitions"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    );
+}
