@@ -37,6 +37,8 @@ enum Fate {
     Release(Value),
     /// Mark it for deletion: finalizers hold it.
     Mark(Value),
+    /// Already marked, held by its finalizers: nothing to write.
+    Wait,
     /// Delete it now.
     Delete,
 }
@@ -58,8 +60,11 @@ fn fate(mut object: Value, owner: &str, orphan: bool, live: &BTreeSet<String>) -
         return Fate::Release(object);
     }
     if has_finalizers(&object) {
-        crate::object::mark_deleting(&mut object);
-        return Fate::Mark(object);
+        return if crate::object::mark_deleting(&mut object) {
+            Fate::Mark(object)
+        } else {
+            Fate::Wait
+        };
     }
     Fate::Delete
 }
@@ -97,34 +102,108 @@ pub async fn collect(server: Arc<ApiServer>, owner: String, orphan: bool) {
         .filter(|(_, o)| owner_uids(o).contains(&owner))
         .collect();
     for (stored, object) in dependents {
+        collect_one(&server, &everything, &owner, orphan, stored, object).await;
+    }
+}
+
+/// Attempts at one dependent whose writes keep losing races to others.
+const ATTEMPTS: usize = 16;
+
+/// Decides and writes the fate of one dependent of `owner`; a write that
+/// loses a race reads the dependent again and decides again.
+async fn collect_one(
+    server: &Arc<ApiServer>,
+    everything: &[Stored],
+    owner: &str,
+    orphan: bool,
+    mut stored: Stored,
+    mut object: Value,
+) {
+    for _ in 0..ATTEMPTS {
         // Other owners of this dependent that still exist keep it alive.
         let live: BTreeSet<String> = owner_uids(&object)
             .into_iter()
-            .filter(|u| *u != owner && exists(&everything, u))
+            .filter(|u| u != owner && exists(everything, u))
             .collect();
         let uid = object["metadata"]["uid"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let write = match fate(object, &owner, orphan, &live) {
+        let write = match fate(object, owner, orphan, &live) {
             Fate::Release(o) | Fate::Mark(o) => Write::Update {
                 key: stored.key.clone(),
                 expected: Some(stored.revision),
                 value: encode(&o),
             },
+            Fate::Wait => return,
             Fate::Delete => Write::Delete {
                 key: stored.key.clone(),
                 expected: Some(stored.revision),
             },
         };
         let deleted = matches!(write, Write::Delete { .. });
-        // A conflict means someone changed the dependent meanwhile; their
-        // write will be seen by the next collection that concerns it.
-        if let Ok(Ok(_)) = server.store().submit(write).await
-            && deleted
-        {
-            Box::pin(collect(server.clone(), uid, false)).await;
+        match server.store().submit(write).await {
+            Ok(Ok(_)) => {
+                if deleted {
+                    Box::pin(collect(server.clone(), uid, false)).await;
+                }
+                return;
+            }
+            Ok(Err(crate::store::Error::Conflict { .. })) => {
+                // Changed meanwhile: read it again and decide again.
+                let s = server.clone();
+                let key = stored.key.clone();
+                let Ok(Ok(Some(fresh))) =
+                    tokio::task::spawn_blocking(move || s.store().get(&key)).await
+                else {
+                    return;
+                };
+                let Some(fresh_object) = decode(&fresh) else {
+                    return;
+                };
+                if !owner_uids(&fresh_object).iter().any(|u| u == owner) {
+                    return;
+                }
+                (stored, object) = (fresh, fresh_object);
+            }
+            _ => return,
         }
+    }
+}
+
+/// Collects every object whose owners are all gone: dependents of owners
+/// deleted around a crash, or whose collection gave up. Run at startup and
+/// periodically.
+pub async fn sweep(server: Arc<ApiServer>) {
+    let s = server.clone();
+    let Ok(Ok((_, everything))) =
+        tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await
+    else {
+        return;
+    };
+    let finder = memchr::memmem::Finder::new(b"\"ownerReferences\"");
+    let mut uids = std::collections::HashSet::new();
+    let mut owned = Vec::new();
+    for stored in &everything {
+        let Some(object) = decode(stored) else {
+            continue;
+        };
+        if let Some(uid) = object["metadata"]["uid"].as_str() {
+            uids.insert(uid.to_string());
+        }
+        if finder.find(&stored.value).is_some() {
+            owned.push(object);
+        }
+    }
+    let mut orphaned: BTreeSet<String> = BTreeSet::new();
+    for object in &owned {
+        let owners = owner_uids(object);
+        if !owners.is_empty() && owners.iter().all(|u| !uids.contains(u)) {
+            orphaned.extend(owners);
+        }
+    }
+    for owner in orphaned {
+        collect(server.clone(), owner, false).await;
     }
 }
 
@@ -186,8 +265,11 @@ pub async fn finish_foreground(server: Arc<ApiServer>, key: String) {
                 _ => continue,
             }
         }
+        let mut changes = server.store().subscribe();
         collect(server.clone(), uid, false).await;
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // Look again when anything changes (a dependent's finalizer removed),
+        // or after a while: no polling writes while a finalizer holds it.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), changes.recv()).await;
     }
 }
 

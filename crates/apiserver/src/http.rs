@@ -1668,12 +1668,13 @@ async fn delete(
     let foreground =
         policy == Some("Foreground") && object["metadata"].get("deletionTimestamp").is_none();
     if foreground {
-        let mut finalizers = object["metadata"]["finalizers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        finalizers.push(json!(crate::gc::FOREGROUND));
-        object["metadata"]["finalizers"] = Value::Array(finalizers);
+        add_finalizer(&mut object, crate::gc::FOREGROUND);
+    }
+    // A CRD stays, held, until its objects are gone (their finalizers too).
+    let crd = target.resource.plural == "customresourcedefinitions";
+    let cleanup = crd && object["metadata"].get("deletionTimestamp").is_none();
+    if cleanup {
+        add_finalizer(&mut object, CRD_CLEANUP);
     }
     if !has_finalizers(&object) {
         let stored = write(
@@ -1691,9 +1692,8 @@ async fn delete(
             return Ok(json_response(StatusCode::OK, &deleted));
         }
         spawn_collection(server, &deleted, orphan);
-        if target.resource.plural == "customresourcedefinitions" {
+        if crd {
             server.sync_crds();
-            tokio::spawn(delete_custom_objects(server.clone(), deleted.clone()));
         }
         return Ok(json_response(StatusCode::OK, &deleted));
     }
@@ -1719,6 +1719,9 @@ async fn delete(
             stored.key.clone(),
         ));
     }
+    if cleanup && !target.options.dry_run {
+        tokio::spawn(delete_custom_objects(server.clone(), stored.key.clone()));
+    }
     Ok(json_response(StatusCode::OK, &decode(&stored)?))
 }
 
@@ -1738,29 +1741,116 @@ pub(crate) fn has_finalizers(object: &Value) -> bool {
         .is_some_and(|f| !f.is_empty())
 }
 
-/// Deletes every object of a deleted CRD's kind.
-async fn delete_custom_objects(server: Arc<ApiServer>, crd: Value) {
-    let mut prefixes: Vec<String> = crate::crd::resources(&crd)
-        .iter()
-        .map(Resource::prefix)
-        .collect();
-    prefixes.dedup();
-    for prefix in prefixes {
-        let s = server.clone();
-        let Ok(Ok((_, objects))) =
-            tokio::task::spawn_blocking(move || s.store.list(&prefix, None, None)).await
-        else {
-            continue;
-        };
-        for stored in objects {
-            let _ = server
-                .store
-                .submit(Write::Delete {
-                    key: stored.key,
-                    expected: None,
-                })
-                .await;
+/// Resumes the CRD deletions a restart interrupted.
+pub async fn resume_crd_deletions(server: Arc<ApiServer>) {
+    let s = server.clone();
+    let Ok(Ok((_, crds))) =
+        tokio::task::spawn_blocking(move || s.store.list(CRD_PREFIX, None, None)).await
+    else {
+        return;
+    };
+    for stored in crds {
+        if read_stored(&stored).is_ok_and(|crd| crd["metadata"].get("deletionTimestamp").is_some())
+        {
+            tokio::spawn(delete_custom_objects(server.clone(), stored.key));
         }
+    }
+}
+
+/// The finalizer that holds a CRD until its objects are gone.
+const CRD_CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+fn add_finalizer(object: &mut Value, finalizer: &str) {
+    let mut finalizers = object["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !finalizers.iter().any(|f| f == finalizer) {
+        finalizers.push(json!(finalizer));
+    }
+    object["metadata"]["finalizers"] = Value::Array(finalizers);
+}
+
+/// Deletes every object of the CRD at `key` being deleted, as Kubernetes
+/// does: objects held by finalizers are marked and wait for them, their
+/// dependents are collected; once none is left the CRD's cleanup finalizer
+/// comes off (and the CRD goes, if nothing else holds it).
+async fn delete_custom_objects(server: Arc<ApiServer>, key: String) {
+    loop {
+        let mut changes = server.store.subscribe();
+        let s = server.clone();
+        let k = key.clone();
+        let Ok(Ok(Some(stored))) = tokio::task::spawn_blocking(move || s.store.get(&k)).await
+        else {
+            return;
+        };
+        let Ok(mut crd) = read_stored(&stored) else {
+            return;
+        };
+        let mut prefixes: Vec<String> = crate::crd::resources(&crd)
+            .iter()
+            .map(Resource::prefix)
+            .collect();
+        prefixes.dedup();
+        let mut remaining = 0;
+        for prefix in prefixes {
+            let s = server.clone();
+            let Ok(Ok((_, objects))) =
+                tokio::task::spawn_blocking(move || s.store.list(&prefix, None, None)).await
+            else {
+                return;
+            };
+            remaining += objects.len();
+            for stored in objects {
+                let Ok(mut object) = read_stored(&stored) else {
+                    continue;
+                };
+                let write = if !has_finalizers(&object) {
+                    Write::Delete {
+                        key: stored.key.clone(),
+                        expected: Some(stored.revision),
+                    }
+                } else if crate::object::mark_deleting(&mut object) {
+                    Write::Update {
+                        key: stored.key.clone(),
+                        expected: Some(stored.revision),
+                        value: encode(&object),
+                    }
+                } else {
+                    continue;
+                };
+                let deleted = matches!(write, Write::Delete { .. });
+                if let Ok(Ok(_)) = server.store.submit(write).await
+                    && deleted
+                {
+                    spawn_collection(&server, &object, false);
+                }
+            }
+        }
+        if remaining == 0 {
+            if let Some(finalizers) = crd["metadata"]["finalizers"].as_array_mut() {
+                finalizers.retain(|f| f != CRD_CLEANUP);
+            }
+            let write = if has_finalizers(&crd) {
+                Write::Update {
+                    key: key.clone(),
+                    expected: Some(stored.revision),
+                    value: encode(&crd),
+                }
+            } else {
+                Write::Delete {
+                    key: key.clone(),
+                    expected: Some(stored.revision),
+                }
+            };
+            if let Ok(Ok(_)) = server.store.submit(write).await {
+                server.sync_crds();
+                return;
+            }
+            continue;
+        }
+        // Wait for a change (a finalizer removed) rather than poll.
+        let _ = tokio::time::timeout(Duration::from_secs(1), changes.recv()).await;
     }
 }
 

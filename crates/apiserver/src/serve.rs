@@ -193,6 +193,8 @@ pub async fn serve(
     }));
     tokio::spawn(crate::gc::resume(server.clone()));
     tokio::spawn(crate::namespaces::resume(server.clone()));
+    tokio::spawn(crate::http::resume_crd_deletions(server.clone()));
+    tokio::spawn(crate::gc::sweep(server.clone()));
     tokio::spawn(compact_periodically(server.clone()));
     ready(addr, &path);
     tokio::pin!(shutdown);
@@ -239,7 +241,8 @@ const RETENTION: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 /// Compacts the revision log on its own: every minute, up to the revision
 /// the store had [`RETENTION`] ago, so the log (and the file) stay bounded
-/// under any write load while watches can still resume from recent history.
+/// under any write load while watches can still resume from recent history;
+/// and sweeps for dependents whose owners are gone.
 async fn compact_periodically(server: std::sync::Arc<ApiServer>) {
     let mut seen: std::collections::VecDeque<(std::time::Instant, crate::Revision)> =
         std::collections::VecDeque::new();
@@ -264,6 +267,8 @@ async fn compact_periodically(server: std::sync::Arc<ApiServer>) {
             let s = server.clone();
             let _ = tokio::task::spawn_blocking(move || s.store().compact(rev)).await;
         }
+        // Dependents whose owners are gone (a collection cut short) go too.
+        crate::gc::sweep(server.clone()).await;
     }
 }
 

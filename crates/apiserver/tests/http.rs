@@ -610,7 +610,7 @@ async fn crds_serve_modelplane_kinds_with_admission_and_cel() {
         "{immutable}"
     );
 
-    // Deleting the CRD stops serving the kind and deletes its objects.
+    // Deleting the CRD deletes its objects, then stops serving the kind.
     let (code, _) = f
         .call(
             Method::DELETE,
@@ -619,8 +619,7 @@ async fn crds_serve_modelplane_kinds_with_admission_and_cel() {
         )
         .await;
     assert_eq!(code, StatusCode::OK);
-    let (code, _) = f.call(Method::GET, CLUSTERS, None).await;
-    assert_eq!(code, StatusCode::NOT_FOUND);
+    eventually(&f, CLUSTERS, StatusCode::NOT_FOUND).await;
     for _ in 0..100 {
         if f.server
             .store()
@@ -1368,4 +1367,87 @@ async fn a_table_watch_sends_each_event_as_a_table_row() {
             .as_array()
             .is_some_and(|c| !c.is_empty())
     );
+}
+
+#[tokio::test]
+async fn a_foreground_deletion_held_by_a_finalizer_writes_nothing_while_it_waits() {
+    let f = Fixture::new();
+    let (_, owner) = f
+        .call(Method::POST, CM, Some(cm("waiting-owner", json!({}))))
+        .await;
+    let mut held = owned_by("waiting-child", &owner);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    f.call(Method::POST, CM, Some(held)).await;
+    let before = f.server.store().revision().expect("revision");
+    f.call(
+        Method::DELETE,
+        &format!("{CM}/waiting-owner"),
+        Some(json!({ "propagationPolicy": "Foreground" })),
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let writes = f.server.store().revision().expect("revision") - before;
+    assert!(
+        writes <= 3,
+        "{writes} writes while blocked (owner marked, child marked)"
+    );
+}
+
+#[tokio::test]
+async fn a_sweep_collects_dependents_whose_owner_went_without_collection() {
+    let f = Fixture::new();
+    let (_, owner) = f
+        .call(Method::POST, CM, Some(cm("gone-owner", json!({}))))
+        .await;
+    f.call(Method::POST, CM, Some(owned_by("left-child", &owner)))
+        .await;
+    // The owner vanishes without a collection (as around a crash).
+    f.server
+        .store()
+        .write(modelplane_apiserver::Write::Delete {
+            key: "/core/configmaps/ns/gone-owner".into(),
+            expected: None,
+        })
+        .expect("delete");
+    let (code, _) = f.call(Method::GET, &format!("{CM}/left-child"), None).await;
+    assert_eq!(code, StatusCode::OK, "nothing collected it yet");
+    modelplane_apiserver::gc::sweep(f.server.clone()).await;
+    let (code, _) = f.call(Method::GET, &format!("{CM}/left-child"), None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn deleting_a_crd_waits_for_its_objects_finalizers() {
+    let f = Fixture::new();
+    f.call(
+        Method::POST,
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        Some(gadget_crd()),
+    )
+    .await;
+    let path = "/apis/example.com/v1/namespaces/ns/gadgets";
+    let mut held = gadget("held", json!({ "replicas": 1 }));
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let (code, body) = f.call(Method::POST, path, Some(held)).await;
+    assert_eq!(code, StatusCode::CREATED, "{body}");
+    let crd = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.example.com";
+    let (code, _) = f.call(Method::DELETE, crd, None).await;
+    assert_eq!(code, StatusCode::OK);
+    let marked = eventually(&f, &format!("{path}/held"), StatusCode::OK).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let (_, object) = f.call(Method::GET, &format!("{path}/held"), None).await;
+    assert!(
+        object["metadata"]["deletionTimestamp"].is_string(),
+        "marked, held: {marked}"
+    );
+    let (code, crd_now) = f.call(Method::GET, crd, None).await;
+    assert_eq!(code, StatusCode::OK, "the CRD waits for its objects");
+    assert!(crd_now["metadata"]["deletionTimestamp"].is_string());
+    f.call(
+        Method::PATCH,
+        &format!("{path}/held"),
+        Some(json!({ "metadata": { "finalizers": null } })),
+    )
+    .await;
+    eventually(&f, crd, StatusCode::NOT_FOUND).await;
 }
