@@ -328,10 +328,12 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &
         .cloned()
         .collect();
     let mut all = old.map(entries).unwrap_or_default();
+    // Only fields in this write's scope change hands; the other endpoint's
+    // (spec for a status write, status for a main one) stay as they were.
     for entry in &mut all {
         entry
             .paths
-            .retain(|p| after.contains(p) && !changed.contains(p));
+            .retain(|p| (ignored(p, scope) || after.contains(p)) && !changed.contains(p));
     }
     if !changed.is_empty() {
         match all
@@ -411,6 +413,24 @@ mod tests {
         let forced =
             apply(Some(&edited), &cm(json!({ "a": "1" })), "alice", true, NOW).expect("forced");
         assert_eq!(forced["data"]["a"], "1");
+    }
+
+    #[test]
+    fn a_status_write_leaves_the_spec_owners_alone() {
+        let main = Scope::Main {
+            status_subresource: true,
+        };
+        let applied = json!({ "apiVersion": "v1", "kind": "X", "metadata": { "name": "x" }, "spec": { "a": 1 } });
+        let live = super::apply(None, &applied, "alice", false, NOW, main).expect("apply");
+        let mut with_status = live.clone();
+        with_status["status"] = json!({ "ready": true });
+        record_update(Some(&live), &mut with_status, "ctl", NOW, Scope::Status);
+        let owners = managers(&with_status);
+        assert!(
+            owners.iter().any(|(m, p)| m == "alice" && p.len() == 1),
+            "{owners:?}"
+        );
+        assert!(owners.iter().any(|(m, _)| m == "ctl"));
     }
 
     #[test]

@@ -187,12 +187,18 @@ pub enum Change {
     Changed,
 }
 
-/// The object without what a no-op comparison ignores.
+/// The object without what a no-op comparison ignores: its revision and
+/// the times in managedFields (a write that changes only who owns a field
+/// is a change; one that only renews a time is not).
 fn comparable(object: &Value) -> Value {
     let mut v = object.clone();
     if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");
-        meta.remove("managedFields");
+        if let Some(entries) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
+            for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+                entry.remove("time");
+            }
+        }
     }
     v
 }

@@ -734,7 +734,8 @@ async fn proxy(
             Ok(Ok(response))
                 if is_busy(response.status())
                     && body.retryable()
-                    && tried.len() + 1 < gateway.config.max_attempts =>
+                    && tried.len() + 1 < gateway.config.max_attempts
+                    && another_to_try(service, &tried, &endpoint) =>
             {
                 // Busy is backpressure, not a failure: the endpoint stays in.
                 tracing::debug!(endpoint = %endpoint.id, status = %response.status(), "busy, retrying elsewhere");
@@ -806,6 +807,17 @@ fn never_sent(e: &(dyn std::error::Error + 'static)) -> bool {
         source = err.source();
     }
     false
+}
+
+/// Whether an endpoint other than `endpoint` and those `tried` remains: if
+/// none does, a busy answer goes to the client as the engine gave it.
+fn another_to_try(service: &Service, tried: &[Arc<Endpoint>], endpoint: &Arc<Endpoint>) -> bool {
+    service
+        .self_hosted
+        .iter()
+        .chain(&service.external)
+        .flat_map(|g| g.endpoints.iter())
+        .any(|e| !Arc::ptr_eq(e, endpoint) && !tried.iter().any(|t| Arc::ptr_eq(t, e)))
 }
 
 /// 503 and 429: the engine was too busy to take the request and did not

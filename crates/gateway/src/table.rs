@@ -55,7 +55,8 @@ pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
         "h" => n.checked_mul(3600)?,
         _ => return None,
     };
-    Some(std::time::Duration::from_secs(seconds))
+    // Zero would time out every request: not a timeout anyone means.
+    (seconds > 0).then(|| std::time::Duration::from_secs(seconds))
 }
 
 /// What the table is compiled from.

@@ -1056,3 +1056,23 @@ async fn slow_clients_huge_heads_and_too_many_connections_are_bounded() {
     let served = tokio::time::timeout(Duration::from_secs(2), third.read_exact(&mut ok)).await;
     assert!(matches!(served, Ok(Ok(_))), "served once one closed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_answer_reaches_the_client_when_no_other_endpoint_is_left() {
+    let _serial = SERIAL.lock().await;
+    const TOO_MANY: &str =
+        "HTTP/1.1 429 Too Many Requests\r\nretry-after: 2\r\ncontent-length: 2\r\n\r\n{}";
+    let busy = ScriptedEngine::start(TOO_MANY, false).await;
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "only", "g", busy.addr),
+    ]);
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    let (status, _) = harness.chat("m").await;
+    assert_eq!(
+        status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "the engine's own answer, not a 503"
+    );
+    assert_eq!(busy.received(), 1);
+}
