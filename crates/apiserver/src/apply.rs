@@ -317,10 +317,7 @@ pub fn apply(
 /// nobody. Kept in `new`'s `metadata.managedFields`, based on `old`'s.
 pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &str, scope: Scope) {
     let subresource = scope.subresource();
-    let (mut before, mut after) = (BTreeSet::new(), BTreeSet::new());
-    if let Some(old) = old {
-        leaves(old, scope, &mut Vec::new(), &mut before);
-    }
+    let mut after = BTreeSet::new();
     leaves(new, scope, &mut Vec::new(), &mut after);
     let changed: BTreeSet<Path> = after
         .iter()
@@ -354,7 +351,6 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &
             }),
         }
     }
-    let _ = before;
     store_entries(new, &all);
 }
 

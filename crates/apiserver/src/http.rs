@@ -1735,6 +1735,23 @@ fn added_finalizer(old: &Value, new: &Value) -> bool {
         .is_some_and(|after| after.iter().any(|f| !before.contains(f)))
 }
 
+/// The next step of deleting a stored object on the server's own behalf
+/// (a namespace's or a CRD's contents): delete it, or mark it for its
+/// finalizers; `None` when it is marked and waiting already.
+pub(crate) fn deletion_step(stored: &Stored, object: &mut Value) -> Option<Write> {
+    if !has_finalizers(object) {
+        return Some(Write::Delete {
+            key: stored.key.clone(),
+            expected: Some(stored.revision),
+        });
+    }
+    crate::object::mark_deleting(object).then(|| Write::Update {
+        key: stored.key.clone(),
+        expected: Some(stored.revision),
+        value: encode(object),
+    })
+}
+
 pub(crate) fn has_finalizers(object: &Value) -> bool {
     object["metadata"]["finalizers"]
         .as_array()
@@ -1805,18 +1822,7 @@ async fn delete_custom_objects(server: Arc<ApiServer>, key: String) {
                 let Ok(mut object) = read_stored(&stored) else {
                     continue;
                 };
-                let write = if !has_finalizers(&object) {
-                    Write::Delete {
-                        key: stored.key.clone(),
-                        expected: Some(stored.revision),
-                    }
-                } else if crate::object::mark_deleting(&mut object) {
-                    Write::Update {
-                        key: stored.key.clone(),
-                        expected: Some(stored.revision),
-                        value: encode(&object),
-                    }
-                } else {
+                let Some(write) = deletion_step(&stored, &mut object) else {
                     continue;
                 };
                 let deleted = matches!(write, Write::Delete { .. });

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::http::{ApiServer, encode, has_finalizers};
+use crate::http::ApiServer;
 use crate::object::{Identity, prepare_create};
 use crate::resources::{Resource, builtins};
 use crate::store::{Error, Write};
@@ -95,18 +95,7 @@ pub async fn terminate(server: Arc<ApiServer>, name: String) {
                 continue;
             }
             remaining += 1;
-            let write = if !has_finalizers(&object) {
-                Write::Delete {
-                    key: stored.key,
-                    expected: Some(stored.revision),
-                }
-            } else if crate::object::mark_deleting(&mut object) {
-                Write::Update {
-                    key: stored.key,
-                    expected: Some(stored.revision),
-                    value: encode(&object),
-                }
-            } else {
+            let Some(write) = crate::http::deletion_step(&stored, &mut object) else {
                 continue;
             };
             let _ = server.store().submit(write).await;
