@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::discovery;
+use crate::keyspace::Keyspace;
 use crate::object::{
     Change, Identity, Refusal, prepare_create, prepare_status_update, prepare_update,
     set_resource_version,
@@ -42,19 +43,47 @@ pub const MAX_WATCHES: usize = 10_000;
 /// Largest accepted request body.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
-/// The server's state.
+/// The server's state: one cluster (the root one or a logical one).
 pub struct ApiServer {
-    store: Store,
+    store: Keyspace,
     /// Built-in kinds and those of the stored CRDs.
     resources: std::sync::RwLock<Vec<Resource>>,
-    /// Validation, pruning, defaulting and CEL for Modelplane's kinds.
-    admission: modelplane_cel::Admission,
+    /// What every cluster of the store shares: admission for Modelplane's
+    /// kinds and the compiled schemas of other CRDs.
+    shared: Arc<Shared>,
     /// The same for the other custom kinds, from their CRDs' schemas, by
     /// `apiVersion` and plural; each kept with the schema it was compiled from.
     schemas: std::sync::RwLock<CompiledSchemas>,
+    /// Serves `LogicalCluster` (the root cluster of a store).
+    root: bool,
     /// Watches open now, and how many may be ([`MAX_WATCHES`] by default).
     watches: std::sync::atomic::AtomicUsize,
     watch_limit: std::sync::atomic::AtomicUsize,
+}
+
+/// Compiled once per store, for every cluster in it: Modelplane's admission
+/// (validation, pruning, defaulting and CEL for Modelplane's kinds) and each
+/// distinct schema of another CRD, so a thousand clusters with the same CRD
+/// compile it once.
+#[derive(Default)]
+pub struct Shared {
+    admission: modelplane_cel::Admission,
+    compiled:
+        std::sync::Mutex<std::collections::HashMap<String, Arc<modelplane_cel::SchemaAdmission>>>,
+}
+
+impl Shared {
+    /// The compiled form of `schema`, compiling it the first time.
+    fn compile(&self, schema: &Value) -> Arc<modelplane_cel::SchemaAdmission> {
+        let text = schema.to_string();
+        let Ok(mut compiled) = self.compiled.lock() else {
+            return Arc::new(modelplane_cel::SchemaAdmission::compile(schema.clone()));
+        };
+        compiled
+            .entry(text)
+            .or_insert_with(|| Arc::new(modelplane_cel::SchemaAdmission::compile(schema.clone())))
+            .clone()
+    }
 }
 
 type CompiledSchemas =
@@ -66,11 +95,17 @@ const CRD_PREFIX: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
 impl ApiServer {
     /// A server over `store`, serving the built-in kinds and every CRD stored.
     pub fn new(store: Store) -> Arc<ApiServer> {
+        ApiServer::in_space(Keyspace::root(Arc::new(store)), Arc::default(), true)
+    }
+
+    /// A server for one cluster's keys of a shared store.
+    pub fn in_space(store: Keyspace, shared: Arc<Shared>, root: bool) -> Arc<ApiServer> {
         let server = Arc::new(ApiServer {
             store,
-            resources: std::sync::RwLock::new(builtins()),
-            admission: modelplane_cel::Admission::new(),
+            resources: std::sync::RwLock::new(Vec::new()),
+            shared,
             schemas: std::sync::RwLock::default(),
+            root,
             watches: std::sync::atomic::AtomicUsize::new(0),
             watch_limit: std::sync::atomic::AtomicUsize::new(MAX_WATCHES),
         });
@@ -80,14 +115,19 @@ impl ApiServer {
         server
     }
 
+    /// What this server shares with the other clusters of its store.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Caps the watches open at once; more get 429.
     pub fn limit_watches(&self, limit: usize) {
         self.watch_limit
             .store(limit, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The store underneath (for tests and compaction).
-    pub fn store(&self) -> &Store {
+    /// This cluster's keys of the store (for tests and compaction).
+    pub fn store(&self) -> &Keyspace {
         &self.store
     }
 
@@ -99,6 +139,9 @@ impl ApiServer {
     /// Rebuilds the resource table from the built-ins and the stored CRDs.
     fn sync_crds(&self) {
         let mut table = builtins();
+        if self.root {
+            table.push(crate::clusters::resource());
+        }
         if let Ok((_, crds)) = self.store.list(CRD_PREFIX, None, None) {
             for stored in crds {
                 if let Ok(crd) = serde_json::from_slice::<Value>(&stored.value) {
@@ -130,7 +173,7 @@ impl ApiServer {
             let key = (api_version, resource.plural.clone());
             let admission = match schemas.get(&key) {
                 Some((old, admission)) if old == schema => admission.clone(),
-                _ => Arc::new(modelplane_cel::SchemaAdmission::compile(schema.clone())),
+                _ => self.shared.compile(schema),
             };
             compiled.insert(key, (schema.clone(), admission));
         }
@@ -942,7 +985,7 @@ async fn create(
     if is_crd {
         crate::crd::accept(&mut object, &now);
     }
-    if target.resource.names_are_labels() {
+    if target.resource.is_namespaces() {
         crate::namespaces::activate(&mut object);
     }
     let name = object["metadata"]["name"]
@@ -985,7 +1028,7 @@ fn admit(
     let (mut admitted, problems, mut warnings) = if modelplane_api::crds::is_modelplane_group(
         &target.resource.api_version(),
     ) {
-        match server.admission.review(object, old) {
+        match server.shared.admission.review(object, old) {
             modelplane_cel::Review::Skipped { api_version, kind } => {
                 return Err(Failure::new(
                     StatusCode::BAD_REQUEST,
@@ -1336,7 +1379,7 @@ async fn server_side_apply(
         if is_crd {
             crate::crd::accept(&mut object, &now);
         }
-        if target.resource.names_are_labels() {
+        if target.resource.is_namespaces() {
             crate::namespaces::activate(&mut object);
         }
         let key = target.resource.key(target.namespace.as_deref(), name);
@@ -1633,7 +1676,7 @@ async fn delete(
             });
         }
     }
-    if target.resource.names_are_labels() && crate::namespaces::BUILT_IN.contains(&name) {
+    if target.resource.is_namespaces() && crate::namespaces::BUILT_IN.contains(&name) {
         return Err(Failure {
             details: Some(target.details(name)),
             ..Failure::new(
@@ -1656,7 +1699,7 @@ async fn delete(
             },
         ));
     }
-    if target.resource.names_are_labels() {
+    if target.resource.is_namespaces() {
         return delete_namespace(server, target, name).await;
     }
     let policy = options["propagationPolicy"]

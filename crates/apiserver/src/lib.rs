@@ -6,10 +6,12 @@
 //! (`../shared/spec/apiserver.md` §3).
 
 pub mod apply;
+pub mod clusters;
 pub mod crd;
 pub mod discovery;
 pub mod gc;
 pub mod http;
+pub mod keyspace;
 pub mod namespaces;
 pub mod object;
 pub mod openapi;

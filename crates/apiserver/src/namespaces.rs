@@ -35,9 +35,11 @@ pub fn activate(namespace: &mut Value) {
 
 /// Creates namespace `name` unless it exists (blocking).
 pub fn create(server: &ApiServer, name: &str) -> Result<(), Error> {
-    if server.store().get(&key(name))?.is_some() {
-        return Ok(());
-    }
+    create_all(server, &[name])
+}
+
+/// The write that creates namespace `name`.
+fn creation(name: &str) -> Result<Write, Error> {
     let mut object = json!({ "metadata": { "name": name } });
     if prepare_create(&mut object, &namespaces(), None, &Identity::fresh()).is_err() {
         return Err(Error::NotFound(format!(
@@ -45,19 +47,35 @@ pub fn create(server: &ApiServer, name: &str) -> Result<(), Error> {
         )));
     }
     activate(&mut object);
-    let write = Write::Create {
+    Ok(Write::Create {
         key: key(name),
         value: object.to_string().into_bytes(),
-    };
-    match server.store().write(write) {
-        Ok(_) | Err(Error::AlreadyExists(_)) => Ok(()),
-        Err(e) => Err(e),
+    })
+}
+
+/// Creates those of `names` that do not exist, in one commit (blocking).
+fn create_all(server: &ApiServer, names: &[&str]) -> Result<(), Error> {
+    let mut writes = Vec::new();
+    for name in names {
+        if server.store().get(&key(name))?.is_none() {
+            writes.push(creation(name)?);
+        }
     }
+    if writes.is_empty() {
+        return Ok(());
+    }
+    for outcome in server.store().write_all(writes) {
+        match outcome {
+            Ok(_) | Err(Error::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Creates the built-in namespaces that are missing.
 pub fn ensure_built_in(server: &ApiServer) -> Result<(), Error> {
-    BUILT_IN.iter().try_for_each(|name| create(server, name))
+    create_all(server, &BUILT_IN)
 }
 
 /// Why an object cannot be created in `namespace`, if it cannot.

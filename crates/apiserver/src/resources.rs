@@ -92,9 +92,16 @@ impl Resource {
         format!("{}{namespace}/", self.prefix())
     }
 
-    /// Names must be DNS-1123 labels (namespaces) rather than subdomains.
-    pub fn names_are_labels(&self) -> bool {
+    /// The core group's namespaces.
+    pub fn is_namespaces(&self) -> bool {
         self.group.is_empty() && self.plural == "namespaces"
+    }
+
+    /// Names must be DNS-1123 labels (namespaces, logical clusters) rather
+    /// than subdomains.
+    pub fn names_are_labels(&self) -> bool {
+        self.is_namespaces()
+            || (self.group == crate::clusters::GROUP && self.plural == "logicalclusters")
     }
 }
 

@@ -22,7 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::Store;
-use crate::http::{ApiServer, router};
+use crate::clusters::Clusters;
 
 /// How to serve.
 #[derive(Clone, Debug)]
@@ -164,10 +164,21 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 /// Serves until `shutdown` resolves; `ready` gets the bound address once
-/// the kubeconfig is written.
+/// the kubeconfig is written. Logical clusters are served under
+/// `/clusters/<name>/` (see [`crate::clusters`]).
 pub async fn serve(
     config: Config,
     ready: impl FnOnce(SocketAddr, &Path),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_clusters(config, |addr, path, _| ready(addr, path), shutdown).await
+}
+
+/// [`serve`], handing `ready` the clusters too, so the process embedding
+/// the server can create logical clusters with a library call.
+pub async fn serve_clusters(
+    config: Config,
+    ready: impl FnOnce(SocketAddr, &Path, &std::sync::Arc<Clusters>),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(&config.data_dir)?;
@@ -187,16 +198,27 @@ pub async fn serve(
         &path,
         &kubeconfig(&format!("https://{addr}"), &base64(cert.as_bytes()), &token),
     )?;
-    let server = ApiServer::new(store);
-    let app = router(server.clone()).layer(axum::middleware::from_fn(move |req, next| {
-        authenticate(token.clone(), req, next)
-    }));
-    tokio::spawn(crate::gc::resume(server.clone()));
-    tokio::spawn(crate::namespaces::resume(server.clone()));
-    tokio::spawn(crate::http::resume_crd_deletions(server.clone()));
-    tokio::spawn(crate::gc::sweep(server.clone()));
-    tokio::spawn(compact_periodically(server.clone()));
-    ready(addr, &path);
+    let clusters = Clusters::open(store);
+    clusters.set_endpoint(&format!("https://{addr}"), &base64(cert.as_bytes()), &token);
+    let app = crate::clusters::router(clusters.clone()).layer(axum::middleware::from_fn(
+        move |req, next| authenticate(token.clone(), req, next),
+    ));
+    let resumed = {
+        let c = clusters.clone();
+        tokio::task::spawn_blocking(move || c.resume())
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(|e| std::io::Error::other(format!("reading the logical clusters: {e}")))?
+    };
+    for server in std::iter::once(clusters.root().clone()).chain(resumed) {
+        tokio::spawn(crate::gc::resume(server.clone()));
+        tokio::spawn(crate::namespaces::resume(server.clone()));
+        tokio::spawn(crate::http::resume_crd_deletions(server));
+    }
+    tokio::spawn(clusters.clone().follow_deletions());
+    tokio::spawn(crate::gc::sweep(clusters.root().clone()));
+    tokio::spawn(compact_periodically(clusters.clone()));
+    ready(addr, &path, &clusters);
     tokio::pin!(shutdown);
     loop {
         let tcp = tokio::select! {
@@ -243,7 +265,8 @@ const RETENTION: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 /// the store had [`RETENTION`] ago, so the log (and the file) stay bounded
 /// under any write load while watches can still resume from recent history;
 /// and sweeps for dependents whose owners are gone.
-async fn compact_periodically(server: std::sync::Arc<ApiServer>) {
+async fn compact_periodically(clusters: std::sync::Arc<Clusters>) {
+    let server = clusters.root().clone();
     let mut seen: std::collections::VecDeque<(std::time::Instant, crate::Revision)> =
         std::collections::VecDeque::new();
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
@@ -268,7 +291,9 @@ async fn compact_periodically(server: std::sync::Arc<ApiServer>) {
             let _ = tokio::task::spawn_blocking(move || s.store().compact(rev)).await;
         }
         // Dependents whose owners are gone (a collection cut short) go too.
-        crate::gc::sweep(server.clone()).await;
+        for cluster in clusters.all() {
+            crate::gc::sweep(cluster).await;
+        }
     }
 }
 

@@ -216,7 +216,7 @@ INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 0), ('compacted', 0
 ";
 
 /// The first key after every key starting with `prefix`.
-fn prefix_end(prefix: &str) -> Option<String> {
+pub fn prefix_end(prefix: &str) -> Option<String> {
     let mut bytes = prefix.as_bytes().to_vec();
     while let Some(last) = bytes.pop() {
         if last < 0x7f {
@@ -286,6 +286,33 @@ impl Store {
         let (reply, result) = mpsc::channel();
         self.queue(write, Reply::Blocking(reply));
         result.recv().map_err(|_| Error::Closed)?
+    }
+
+    /// Writes several and waits until all are durable; queued together, they
+    /// commit together (one sync) when the writer is idle.
+    pub fn write_all(&self, writes: Vec<Write>) -> Vec<Result<Stored, Error>> {
+        let replies: Vec<_> = writes
+            .into_iter()
+            .map(|write| {
+                let (reply, result) = mpsc::channel();
+                self.queue(write, Reply::Blocking(reply));
+                result
+            })
+            .collect();
+        replies
+            .into_iter()
+            .map(|result| result.recv().map_err(|_| Error::Closed)?)
+            .collect()
+    }
+
+    /// The first key at or after `from`, if any (to step through the
+    /// logical clusters' key ranges without reading their objects).
+    pub fn first_key_from(&self, from: &str) -> Result<Option<String>, Error> {
+        self.read(|c| {
+            c.prepare_cached("SELECT key FROM current WHERE key >= ?1 ORDER BY key LIMIT 1")?
+                .query_row([from], |r| r.get(0))
+                .optional()
+        })
     }
 
     /// The live object at `key`.

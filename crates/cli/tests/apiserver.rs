@@ -531,3 +531,95 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
     );
     assert_eq!(out, "6");
 }
+
+/// kubectl `version` (1.27, 1.33) from the Google Cloud SDK, if installed.
+fn sdk_kubectl(version: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}"));
+    path.exists().then_some(path)
+}
+
+#[test]
+fn kubectl_of_two_versions_works_in_two_logical_clusters_each_seeing_only_its_own() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    let server = Server::start(&data);
+    let cache = dir.path().join("kube-cache");
+    let kubeconfig = std::fs::read_to_string(&server.kubeconfig).expect("kubeconfig");
+    let root_url = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .expect("server line")
+        .to_string();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("manifest");
+        path.to_string_lossy().to_string()
+    };
+    let clusters = write(
+        "clusters.yaml",
+        "apiVersion: tenancy.modelplane.ai/v1alpha1\nkind: LogicalCluster\nmetadata:\n  name: team-a\n---\napiVersion: tenancy.modelplane.ai/v1alpha1\nkind: LogicalCluster\nmetadata:\n  name: team-b\n",
+    );
+    let (ok, out, err) = server.kubectl(&cache, &["create", "-f", &clusters, "--validate=false"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = server.kubectl(&cache, &["get", "logicalclusters", "-o", "name"]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "logicalcluster.tenancy.modelplane.ai/team-a",
+            "logicalcluster.tenancy.modelplane.ai/team-b"
+        ]
+    );
+
+    let binaries: Vec<PathBuf> = ["1.27", "1.33"]
+        .iter()
+        .filter_map(|v| sdk_kubectl(v))
+        .chain(std::iter::once(kubectl()))
+        .collect();
+    for (i, binary) in binaries.iter().enumerate() {
+        let in_cluster = |cluster: &str, args: &[&str]| {
+            let out = Command::new(binary)
+                .arg("--kubeconfig")
+                .arg(&server.kubeconfig)
+                .arg("--cache-dir")
+                .arg(dir.path().join(format!("cache-{i}")))
+                .arg("--server")
+                .arg(format!("{root_url}/clusters/{cluster}"))
+                .args(args)
+                .output()
+                .expect("kubectl runs");
+            (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+                String::from_utf8_lossy(&out.stderr).to_string(),
+            )
+        };
+        for cluster in ["team-a", "team-b"] {
+            let manifest = write(
+                &format!("{cluster}-{i}.yaml"),
+                &format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {cluster}-{i}\ndata:\n  owner: {cluster}\n"
+                ),
+            );
+            let (ok, out, err) =
+                in_cluster(cluster, &["create", "-f", &manifest, "--validate=false"]);
+            assert!(ok, "{binary:?} {cluster}: {out}{err}");
+        }
+        for cluster in ["team-a", "team-b"] {
+            let (ok, out, err) = in_cluster(cluster, &["get", "configmaps", "-o", "name"]);
+            assert!(ok, "{binary:?}: {err}");
+            let expected: Vec<String> = (0..=i)
+                .map(|j| format!("configmap/{cluster}-{j}"))
+                .collect();
+            assert_eq!(out.lines().collect::<Vec<_>>(), expected, "{binary:?}");
+            let (ok, out, err) = in_cluster(cluster, &["get", "namespaces", "-o", "name"]);
+            assert!(ok && out.contains("namespace/kube-system"), "{out}{err}");
+            // LogicalCluster is the root's kind only.
+            let (ok, _, err) = in_cluster(cluster, &["get", "logicalclusters"]);
+            assert!(!ok && err.contains("logicalclusters"), "{binary:?}: {err}");
+        }
+    }
+    // The root sees none of theirs.
+    let (ok, out, err) = server.kubectl(&cache, &["get", "configmaps", "-o", "name"]);
+    assert!(ok && out.is_empty(), "{out}{err}");
+}
