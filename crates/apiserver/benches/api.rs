@@ -9,16 +9,15 @@
 //!
 //! `cargo bench -p modelplane-apiserver --bench api`
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Instant;
+
+use common::{median, percentile, rss_mib, start_server};
 
 use futures_util::StreamExt;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::{Client, Config};
-use modelplane_apiserver::serve::{Config as ServeConfig, run};
 use serde_json::json;
 
 /// The `modelplane` binary's allocator, so the memory figures are its.
@@ -34,31 +33,6 @@ fn widget(name: &str) -> DynamicObject {
         "spec": { "payload": "x".repeat(VALUE) },
     }))
     .expect("widget")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .map(str::to_string)
-        })
-        .and_then(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 async fn create_many(
@@ -82,44 +56,9 @@ async fn create_many(
     count as f64 / start.elapsed().as_secs_f64()
 }
 
-/// The server side: serves the directory until killed, saying `ready` once
-/// the kubeconfig is written. Same allocator as the `modelplane` binary.
-fn serve_child(dir: &str) {
-    let config = ServeConfig {
-        data_dir: dir.into(),
-        listen: "127.0.0.1:0".parse().expect("addr"),
-    };
-    run(config, |_, _| println!("ready")).expect("serve");
-}
-
-/// Kills the server process when the bench ends, however it ends.
-struct ServerProcess(std::process::Child);
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_server(dir: &Path) -> ServerProcess {
-    let mut child = Command::new(std::env::current_exe().expect("bench binary"))
-        .env("MODELPLANE_BENCH_SERVE_DIR", dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the server");
-    let stdout = child.stdout.take().expect("stdout");
-    let ready = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .any(|line| line == "ready");
-    assert!(ready, "the server did not start");
-    ServerProcess(child)
-}
-
 fn main() {
-    if let Ok(dir) = std::env::var("MODELPLANE_BENCH_SERVE_DIR") {
-        return serve_child(&dir);
+    if common::serve_if_child() {
+        return;
     }
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -192,66 +131,7 @@ async fn bench() {
 
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::default_namespaced(client.clone());
-    let seed: k8s_openapi::api::core::v1::ConfigMap =
-        serde_json::from_value(json!({ "metadata": { "name": "beacon" }, "data": { "n": "0" } }))
-            .expect("cm");
-    configmaps
-        .create(&PostParams::default(), &seed)
-        .await
-        .expect("beacon");
-    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::unbounded_channel::<(usize, String, Instant)>();
-    let mut watchers = Vec::new();
-    for w in 0..100 {
-        let stream = watcher(configmaps.clone(), watcher::Config::default()).applied_objects();
-        let seen_tx = seen_tx.clone();
-        watchers.push(tokio::spawn(async move {
-            let mut stream = stream.boxed();
-            while let Some(Ok(cm)) = stream.next().await {
-                let n = cm
-                    .data
-                    .unwrap_or_default()
-                    .get("n")
-                    .cloned()
-                    .unwrap_or_default();
-                let _ = seen_tx.send((w, n, Instant::now()));
-            }
-        }));
-    }
-    // Let every watcher deliver the initial state.
-    let mut initial = 0;
-    while initial < 100 {
-        if let Some((_, n, _)) = seen_rx.recv().await
-            && n == "0"
-        {
-            initial += 1;
-        }
-    }
-    let mut latencies = Vec::new();
-    for round in 1..=30 {
-        let n = round.to_string();
-        let start = Instant::now();
-        configmaps
-            .patch(
-                "beacon",
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "data": { "n": n } })),
-            )
-            .await
-            .expect("change");
-        let mut got = 0;
-        while got < 100 {
-            let Some((_, seen, at)) = tokio::time::timeout(Duration::from_secs(10), seen_rx.recv())
-                .await
-                .expect("delivered")
-            else {
-                break;
-            };
-            if seen == n {
-                latencies.push(at.duration_since(start).as_secs_f64() * 1000.0);
-                got += 1;
-            }
-        }
-    }
+    let mut latencies = common::watch_latencies(configmaps, 100).await;
     latencies.sort_by(f64::total_cmp);
     println!(
         "one change to 100 watchers (from the write's start): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} deliveries",
@@ -260,7 +140,4 @@ async fn bench() {
         latencies.last().copied().unwrap_or_default(),
         latencies.len()
     );
-    for w in watchers {
-        w.abort();
-    }
 }

@@ -63,7 +63,10 @@ pub fn resources(crd: &Value) -> Vec<Resource> {
                 categories: strings(&names["categories"]),
                 status: v["subresources"].get("status").is_some(),
                 columns: columns(&v["additionalPrinterColumns"]),
-                schema: v["schema"].get("openAPIV3Schema").cloned(),
+                schema: v["schema"]
+                    .get("openAPIV3Schema")
+                    .cloned()
+                    .map(std::sync::Arc::new),
                 scale: v["subresources"].get("scale").map(|scale| ScalePaths {
                     spec_replicas: scale["specReplicasPath"]
                         .as_str()

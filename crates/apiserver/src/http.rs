@@ -61,33 +61,57 @@ pub struct ApiServer {
     watch_limit: std::sync::atomic::AtomicUsize,
 }
 
-/// Compiled once per store, for every cluster in it: Modelplane's admission
+/// Kept once per store, for every cluster in it: Modelplane's admission
 /// (validation, pruning, defaulting and CEL for Modelplane's kinds) and each
-/// distinct schema of another CRD, so a thousand clusters with the same CRD
-/// compile it once.
+/// distinct schema of another CRD with its compiled form, so a thousand
+/// clusters with the same CRD hold and compile it once.
 #[derive(Default)]
 pub struct Shared {
     admission: modelplane_cel::Admission,
-    compiled:
-        std::sync::Mutex<std::collections::HashMap<String, Arc<modelplane_cel::SchemaAdmission>>>,
+    schemas: std::sync::Mutex<std::collections::HashMap<String, Interned>>,
+}
+
+struct Interned {
+    schema: Arc<Value>,
+    compiled: Option<Arc<modelplane_cel::SchemaAdmission>>,
 }
 
 impl Shared {
-    /// The compiled form of `schema`, compiling it the first time.
-    fn compile(&self, schema: &Value) -> Arc<modelplane_cel::SchemaAdmission> {
-        let text = schema.to_string();
-        let Ok(mut compiled) = self.compiled.lock() else {
-            return Arc::new(modelplane_cel::SchemaAdmission::compile(schema.clone()));
+    /// The one shared copy of `schema`. Copies no cluster holds any more
+    /// are dropped on the way.
+    fn intern(&self, schema: &Arc<Value>) -> Arc<Value> {
+        let Ok(mut schemas) = self.schemas.lock() else {
+            return schema.clone();
         };
-        compiled
-            .entry(text)
-            .or_insert_with(|| Arc::new(modelplane_cel::SchemaAdmission::compile(schema.clone())))
+        schemas.retain(|_, interned| Arc::strong_count(&interned.schema) > 1);
+        schemas
+            .entry(schema.to_string())
+            .or_insert_with(|| Interned {
+                schema: schema.clone(),
+                compiled: None,
+            })
+            .schema
             .clone()
+    }
+
+    /// The compiled form of `schema`, compiling it the first time.
+    fn compile(&self, schema: &Arc<Value>) -> Arc<modelplane_cel::SchemaAdmission> {
+        let compile = || Arc::new(modelplane_cel::SchemaAdmission::compile((**schema).clone()));
+        let Ok(mut schemas) = self.schemas.lock() else {
+            return compile();
+        };
+        let interned = schemas
+            .entry(schema.to_string())
+            .or_insert_with(|| Interned {
+                schema: schema.clone(),
+                compiled: None,
+            });
+        interned.compiled.get_or_insert_with(compile).clone()
     }
 }
 
 type CompiledSchemas =
-    std::collections::HashMap<(String, String), (Value, Arc<modelplane_cel::SchemaAdmission>)>;
+    std::collections::HashMap<(String, String), (Arc<Value>, Arc<modelplane_cel::SchemaAdmission>)>;
 
 /// Key prefix of the stored CRDs.
 const CRD_PREFIX: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
@@ -147,6 +171,11 @@ impl ApiServer {
                 if let Ok(crd) = serde_json::from_slice::<Value>(&stored.value) {
                     table.extend(crate::crd::resources(&crd));
                 }
+            }
+        }
+        for resource in &mut table {
+            if let Some(schema) = &resource.schema {
+                resource.schema = Some(self.shared.intern(schema));
             }
         }
         self.compile_schemas(&table);

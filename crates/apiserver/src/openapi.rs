@@ -86,7 +86,7 @@ pub fn document(resources: &[Resource], path: &str) -> Option<Value> {
                 "delete": operation("delete", false),
             }),
         );
-        let mut schema = r.schema.clone().unwrap_or_else(
+        let mut schema = r.schema.as_deref().cloned().unwrap_or_else(
             || json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true }),
         );
         schema["x-kubernetes-group-version-kind"] = json!([gvk]);

@@ -29,7 +29,8 @@ pub struct Resource {
     /// The scale subresource, if any.
     pub scale: Option<ScalePaths>,
     /// The OpenAPI v3 schema of the kind (a CRD's `openAPIV3Schema`), if known.
-    pub schema: Option<serde_json::Value>,
+    /// Shared: a thousand clusters with the same CRD hold one copy.
+    pub schema: Option<std::sync::Arc<serde_json::Value>>,
 }
 
 /// One printer column.
