@@ -317,12 +317,29 @@ fn carry_metadata(old: &Value, new: &mut Value) -> Result<(), Refusal> {
 /// The defaults Kubernetes gives built-in kinds that users see: a Secret's
 /// `type` is `Opaque` unless set.
 pub fn builtin_defaults(object: &mut Value, resource: &Resource) {
-    if resource.group.is_empty()
-        && resource.plural == "secrets"
-        && object.get("type").is_none_or(Value::is_null)
-        && let Some(map) = object.as_object_mut()
-    {
+    if !(resource.group.is_empty() && resource.plural == "secrets") {
+        return;
+    }
+    let Some(map) = object.as_object_mut() else {
+        return;
+    };
+    if map.get("type").is_none_or(Value::is_null) {
         map.insert("type".into(), json!("Opaque"));
+    }
+    // `stringData` is write-only: merged into `data`, base64-encoded, over
+    // what `data` has under the same key, as Kubernetes does.
+    if let Some(Value::Object(strings)) = map.remove("stringData") {
+        let data = map
+            .entry("data")
+            .or_insert_with(|| json!({}));
+        if !data.is_object() {
+            *data = json!({});
+        }
+        for (key, value) in strings {
+            if let (Some(text), Some(data)) = (value.as_str(), data.as_object_mut()) {
+                data.insert(key, json!(crate::serve::base64(text.as_bytes())));
+            }
+        }
     }
 }
 

@@ -144,7 +144,7 @@ fn tls_config(cert: &str, key: &str) -> std::io::Result<rustls::ServerConfig> {
 }
 
 /// Standard base64 (the kubeconfig's `certificate-authority-data`).
-fn base64(bytes: &[u8]) -> String {
+pub(crate) fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {

@@ -1225,6 +1225,14 @@ async fn health_endpoints_and_built_in_defaults() {
         .call(Method::POST, "/api/v1/namespaces/ns/secrets", Some(secret))
         .await;
     assert_eq!(created["type"], "Opaque");
+    // stringData is merged into data, encoded, and not kept.
+    let secret = json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "t" },
+        "data": { "k": "dg==", "j": "dg==" }, "stringData": { "j": "kubeconfig: yes" } });
+    let (_, created) = f
+        .call(Method::POST, "/api/v1/namespaces/ns/secrets", Some(secret))
+        .await;
+    assert_eq!(created["data"], json!({ "k": "dg==", "j": "a3ViZWNvbmZpZzogeWVz" }));
+    assert!(created.get("stringData").is_none(), "{created}");
     let (_, ns) = f.call(Method::GET, "/api/v1/namespaces/ns", None).await;
     assert_eq!(ns["status"]["phase"], "Active");
 }
