@@ -317,6 +317,8 @@ struct Target {
     /// Who writes: the `fieldManager`, else the client's User-Agent up to
     /// its first `/`, as Kubernetes names managers of updates.
     manager: String,
+    /// The request is a PATCH (an apply may create).
+    patch: bool,
 }
 
 impl Target {
@@ -478,6 +480,7 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         scale,
         options: WriteOptions::default(),
         manager: String::new(),
+        patch: false,
     })
 }
 
@@ -711,6 +714,7 @@ async fn handle(
         let mut target = parse_target(&server, uri.path())?;
         let query = query(&uri);
         target.options = WriteOptions::from_query(&query)?;
+        target.patch = method == Method::PATCH;
         target.manager = match query.get("fieldManager").filter(|m| !m.is_empty()) {
             Some(manager) => manager.clone(),
             None => headers
@@ -916,7 +920,11 @@ async fn write(
             )
         })?
         .map_err(|e| {
-            let race = matches!(e, store::Error::Conflict { .. });
+            // A create that finds the object made meanwhile lost a race too
+            // when the request was a patch (an apply creating it): run again,
+            // it updates. A POST's AlreadyExists is the answer itself.
+            let race = matches!(e, store::Error::Conflict { .. })
+                || (matches!(e, store::Error::AlreadyExists(_)) && target.patch);
             Failure {
                 race,
                 ..store_failure(target, name, e)

@@ -682,3 +682,32 @@ async fn concurrent_unconditional_patches_all_succeed_and_all_land() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_applies_that_create_the_same_object_all_succeed() {
+    let (_dir, _server, client) = client();
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let mut writers = Vec::new();
+    for i in 0..16 {
+        let api = api.clone();
+        writers.push(tokio::spawn(async move {
+            let object = json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": "born-once" }, "data": { "k": "v" } });
+            api.patch(
+                "born-once",
+                &PatchParams::apply(&format!("writer-{i}")).force(),
+                &Patch::Apply(object),
+            )
+            .await
+        }));
+    }
+    for writer in writers {
+        writer
+            .await
+            .expect("task")
+            .expect("an apply that finds the object created meanwhile updates it");
+    }
+    // And a POST of an existing object is still AlreadyExists.
+    let again = api.create(&PostParams::default(), &cm("born-once")).await;
+    assert!(matches!(again, Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists"));
+}
