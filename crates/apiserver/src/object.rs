@@ -329,9 +329,7 @@ pub fn builtin_defaults(object: &mut Value, resource: &Resource) {
     // `stringData` is write-only: merged into `data`, base64-encoded, over
     // what `data` has under the same key, as Kubernetes does.
     if let Some(Value::Object(strings)) = map.remove("stringData") {
-        let data = map
-            .entry("data")
-            .or_insert_with(|| json!({}));
+        let data = map.entry("data").or_insert_with(|| json!({}));
         if !data.is_object() {
             *data = json!({});
         }

@@ -1231,7 +1231,10 @@ async fn health_endpoints_and_built_in_defaults() {
     let (_, created) = f
         .call(Method::POST, "/api/v1/namespaces/ns/secrets", Some(secret))
         .await;
-    assert_eq!(created["data"], json!({ "k": "dg==", "j": "a3ViZWNvbmZpZzogeWVz" }));
+    assert_eq!(
+        created["data"],
+        json!({ "k": "dg==", "j": "a3ViZWNvbmZpZzogeWVz" })
+    );
     assert!(created.get("stringData").is_none(), "{created}");
     let (_, ns) = f.call(Method::GET, "/api/v1/namespaces/ns", None).await;
     assert_eq!(ns["status"]["phase"], "Active");

@@ -709,5 +709,7 @@ async fn concurrent_applies_that_create_the_same_object_all_succeed() {
     }
     // And a POST of an existing object is still AlreadyExists.
     let again = api.create(&PostParams::default(), &cm("born-once")).await;
-    assert!(matches!(again, Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists"));
+    assert!(
+        matches!(again, Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists")
+    );
 }

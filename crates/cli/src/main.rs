@@ -2,6 +2,7 @@
 //! this file only parses arguments and maps outcomes to exit codes.
 
 mod apiserver;
+mod controller;
 mod crds;
 mod engine_sim;
 mod fleet;
@@ -57,6 +58,8 @@ enum Command {
     Recipes(recipes::RecipesArgs),
     /// Serve the embedded Kubernetes-compatible API server.
     Apiserver(apiserver::ApiserverArgs),
+    /// Run the controllers: reconcile the fleet on a control plane.
+    Controller(controller::ControllerArgs),
     /// Serve the fleet gateway: one OpenAI-compatible endpoint for every model.
     Gateway(gateway::GatewayArgs),
     /// Serve a fake OpenAI-compatible engine (for tests, benchmarks and demos).
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Command::Recipes(args) => report(recipes::run(&args)),
         Command::Apiserver(args) => report(apiserver::run(&args)),
         Command::Gateway(args) => report(gateway::run(&args)),
+        Command::Controller(args) => report(controller::run(&args)),
         Command::EngineSim(args) => report(engine_sim::run(&args)),
         Command::Providers(args) => match providers::run(&args) {
             Ok(code) => ExitCode::from(code),

@@ -22,6 +22,7 @@ pub mod recipes;
 pub mod replica;
 pub mod service;
 pub mod stack;
+pub mod world;
 
 use serde::Serialize;
 use serde_json::Value;

@@ -1,0 +1,75 @@
+//! `modelplane controller`: every reconciler, against any Kubernetes API
+//! server (the embedded one, or a real control cluster).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+/// Arguments of `modelplane controller`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Watches Modelplane's objects on the control plane, composes what each one wants, and \
+makes it so: server-side apply as field manager `modelplane` (fields a user adds are \
+kept, fields Modelplane sets are restored), pruning of what is no longer wanted — never \
+while a composition holds, never because of an error or an unreachable cluster — and \
+status with conditions. Workload clusters are reached through the kubeconfig Secret of \
+each InferenceCluster (in modelplane-system).
+
+Examples:
+  modelplane controller --kubeconfig ./mp-data/kubeconfig
+  modelplane controller            # in a pod: the in-cluster service account")]
+pub struct ControllerArgs {
+    /// Kubeconfig of the control plane; without it, $KUBECONFIG, ~/.kube/config or the in-cluster service account.
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Reconcilers running at once.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    workers: usize,
+    /// Seconds between full resyncs (a world that did not change costs no write).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    resync: u64,
+    /// Log as JSON lines instead of text.
+    #[arg(long)]
+    log_json: bool,
+}
+
+/// Runs until Ctrl-C or SIGTERM.
+pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
+    crate::logging::init(args.log_json);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client = client(args.kubeconfig.as_ref()).await?;
+        let version = client
+            .apiserver_version()
+            .await
+            .context("the control plane's API server does not answer")?;
+        tracing::info!(server = %version.git_version, "connected to the control plane");
+        let config = modelplane_controller::Config {
+            workers: args.workers.max(1),
+            resync: Duration::from_secs(args.resync.max(1)),
+        };
+        let control = modelplane_controller::target::Connection::new("control plane", client);
+        modelplane_controller::run(config, control, crate::logging::terminated()).await;
+        Ok(())
+    })
+}
+
+async fn client(path: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+    let config = match path {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("using the kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer().await.context(
+            "no kubeconfig given, none in $KUBECONFIG or ~/.kube/config, and not in a pod",
+        )?,
+    };
+    kube::Client::try_from(config).context("building the client")
+}

@@ -1,0 +1,316 @@
+//! The observed fleet, and the one path from it to each kind's composition.
+//!
+//! Data flow: whoever observes the fleet (the controllers' watches, or
+//! `render` reading manifests) fills a [`World`] — Modelplane's own objects
+//! typed, and the objects Modelplane applied as they were observed on each
+//! [`Target`] — then asks it for a kind's [`Composition`]: the world gathers
+//! exactly what that `compose_<kind>` reads and calls it. The readiness of
+//! what was composed before (a workload's `ready_when`, a replica's `Ready`)
+//! is read back from the same world, so the controllers and the CLI share
+//! every lookup. Pure: no I/O, no clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use modelplane_api::labels;
+use modelplane_api::types::{
+    InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
+};
+use modelplane_scheduler::{Cluster, DeviceInterner, ExistingReplica};
+use serde_json::Value;
+
+use crate::{
+    CacheLookup, Composition, DeploymentInputs, Desired, ReadinessRule, ReplicaInputs, Target,
+    compose_model_deployment, compose_model_replica,
+};
+
+/// `namespace/name` of a namespaced object, `name` of a cluster-scoped one.
+pub type Key = String;
+
+/// The key of an object in `namespace` (or cluster-scoped when `None`).
+pub fn key(namespace: Option<&str>, name: &str) -> Key {
+    match namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_string(),
+    }
+}
+
+/// One object on a target, by what identifies it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    /// `group/version`, or `v1`.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Namespace; empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectRef {
+    /// The reference of a manifest.
+    pub fn of(object: &Value) -> ObjectRef {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        ObjectRef {
+            api_version: text(&object["apiVersion"]),
+            kind: text(&object["kind"]),
+            namespace: text(&object["metadata"]["namespace"]),
+            name: text(&object["metadata"]["name"]),
+        }
+    }
+
+    /// The API group (empty for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map_or("", |(group, _)| group)
+    }
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let group = self.group();
+        let kind = if group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{group}", self.kind)
+        };
+        if self.namespace.is_empty() {
+            write!(f, "{kind} {}", self.name)
+        } else {
+            write!(f, "{kind} {}/{}", self.namespace, self.name)
+        }
+    }
+}
+
+/// What one composition is for.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Subject {
+    /// A ModelDeployment, by key.
+    Deployment(Key),
+    /// A ModelReplica, by key.
+    Replica(Key),
+}
+
+/// The observed fleet.
+#[derive(Clone, Debug, Default)]
+pub struct World {
+    /// InferenceClusters, by name.
+    pub clusters: BTreeMap<Key, Arc<InferenceCluster>>,
+    /// InferenceClasses, by name.
+    pub classes: BTreeMap<Key, Arc<InferenceClass>>,
+    /// ModelDeployments.
+    pub deployments: BTreeMap<Key, Arc<ModelDeployment>>,
+    /// ModelReplicas.
+    pub replicas: BTreeMap<Key, Arc<ModelReplica>>,
+    /// ModelCaches.
+    pub caches: BTreeMap<Key, Arc<ModelCache>>,
+    /// Whether the control plane's lists have all been read once: until
+    /// then a missing object may only be unread, so nothing is decided on
+    /// its absence.
+    pub synced: bool,
+    /// The objects Modelplane applied, as observed on each target.
+    pub applied: BTreeMap<Target, BTreeMap<ObjectRef, Arc<Value>>>,
+}
+
+impl ReadinessRule {
+    /// Whether `object` (as observed) is ready by this rule.
+    pub fn is_met(&self, object: &Value) -> bool {
+        match self {
+            ReadinessRule::Created => true,
+            ReadinessRule::ConditionTrue(type_) => condition_true(object, type_),
+            ReadinessRule::ReplicasAvailable => {
+                let wanted = object["spec"]["replicas"].as_i64().unwrap_or(1);
+                object["status"]["availableReplicas"]
+                    .as_i64()
+                    .is_some_and(|available| available >= wanted)
+            }
+            ReadinessRule::FieldPresent(pointer) => {
+                object.pointer(pointer).is_some_and(|v| match v {
+                    Value::Null => false,
+                    Value::String(s) => !s.is_empty(),
+                    Value::Array(a) => !a.is_empty(),
+                    Value::Object(o) => !o.is_empty(),
+                    _ => true,
+                })
+            }
+            ReadinessRule::FieldEquals { path, value } => {
+                object.pointer(path).is_some_and(|v| match v {
+                    Value::String(s) => s == value,
+                    other => serde_json::from_str::<Value>(value).is_ok_and(|v| v == *other),
+                })
+            }
+        }
+    }
+}
+
+/// Whether `object` has the condition `type_` with status `True`.
+pub fn condition_true(object: &Value, type_: &str) -> bool {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == type_ && c["status"] == "True")
+}
+
+fn typed_condition_true(conditions: Option<&Vec<modelplane_api::types::Condition>>) -> bool {
+    conditions
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+impl World {
+    /// The observed object that `desired` would be, if it exists.
+    pub fn observed(&self, desired: &Desired) -> Option<&Arc<Value>> {
+        self.applied
+            .get(&desired.target)?
+            .get(&ObjectRef::of(&desired.object))
+    }
+
+    /// Whether every object of `composition` is observed and ready by its
+    /// rule — Crossplane's `Ready` of the composed-for object. An empty
+    /// composition is not ready. Shared objects (a team's namespace) are
+    /// not the subject's own and do not count.
+    pub fn all_ready(&self, composition: &Composition) -> bool {
+        !composition.desired.is_empty()
+            && composition
+                .desired
+                .iter()
+                .filter(|d| d.object["metadata"]["annotations"][labels::SHARED] != "true")
+                .all(|d| {
+                    self.observed(d)
+                        .is_some_and(|observed| d.ready_when.is_met(observed))
+                })
+    }
+
+    /// The composition for `subject`, or `None` when the object is gone.
+    pub fn compose(&self, subject: &Subject) -> Option<Composition> {
+        match subject {
+            Subject::Deployment(key) => self.compose_deployment(key),
+            Subject::Replica(key) => self.compose_replica(key),
+        }
+    }
+
+    /// The scheduler's view of every cluster.
+    pub fn cluster_views(&self) -> Vec<Cluster> {
+        let mut interner = DeviceInterner::default();
+        self.clusters
+            .values()
+            .map(|c| Cluster::from_resource(c, &mut interner))
+            .collect()
+    }
+
+    fn compose_deployment(&self, key: &str) -> Option<Composition> {
+        let deployment = self.deployments.get(key)?;
+        let namespace = deployment.metadata.namespace.as_deref();
+        let cache = match &deployment.spec.template.spec.model_cache_ref {
+            None => CacheLookup::NotReferenced,
+            Some(_) if !self.synced => CacheLookup::Unresolved,
+            Some(reference) => match self.caches.get(&self::key(namespace, &reference.name)) {
+                Some(cache) => CacheLookup::Present(cache),
+                None => CacheLookup::Absent,
+            },
+        };
+        let clusters = self.cluster_views();
+        let replicas: Vec<ExistingReplica> = self
+            .replicas
+            .values()
+            .map(|r| ExistingReplica::from_resource(r))
+            .collect();
+        let name = deployment.metadata.name.as_deref().unwrap_or_default();
+        let ready: BTreeSet<String> = self
+            .replicas
+            .values()
+            .filter(|r| {
+                r.metadata.namespace.as_deref() == namespace
+                    && r.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(labels::DEPLOYMENT))
+                        .is_some_and(|d| d == name)
+                    && typed_condition_true(r.status.as_ref().and_then(|s| s.conditions.as_ref()))
+            })
+            .filter_map(|r| r.metadata.name.clone())
+            .collect();
+        Some(compose_model_deployment(DeploymentInputs {
+            deployment,
+            cache,
+            clusters: self.synced.then_some(clusters.as_slice()),
+            replicas: &replicas,
+            ready: &ready,
+        }))
+    }
+
+    fn compose_replica(&self, key: &str) -> Option<Composition> {
+        let replica = self.replicas.get(key)?;
+        let cluster = self
+            .clusters
+            .get(&replica.spec.cluster_name)
+            .map(|c| c.as_ref());
+        // What the workloads are called, and when each counts as ready, is
+        // what this replica composes; their observed readiness feeds back.
+        let first = compose_model_replica(ReplicaInputs {
+            replica,
+            cluster,
+            observed: &BTreeMap::new(),
+        });
+        let observed: BTreeMap<String, bool> = first
+            .desired
+            .iter()
+            .filter(|d| d.target != Target::ControlPlane)
+            .filter_map(|d| {
+                self.observed(d)
+                    .map(|o| (d.name().to_string(), d.ready_when.is_met(o)))
+            })
+            .collect();
+        if observed.is_empty() {
+            return Some(first);
+        }
+        Some(compose_model_replica(ReplicaInputs {
+            replica,
+            cluster,
+            observed: &observed,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn readiness_rules_read_the_observed_object_as_they_say() {
+        let deployment = json!({ "status": { "conditions": [
+            { "type": "Progressing", "status": "True" },
+            { "type": "Available", "status": "False" } ] } });
+        assert!(!ReadinessRule::ConditionTrue("Available".into()).is_met(&deployment));
+        assert!(ReadinessRule::ConditionTrue("Progressing".into()).is_met(&deployment));
+        let pcs = json!({ "spec": { "replicas": 2 }, "status": { "availableReplicas": 2 } });
+        assert!(ReadinessRule::ReplicasAvailable.is_met(&pcs));
+        assert!(!ReadinessRule::ReplicasAvailable.is_met(&json!({ "spec": { "replicas": 2 } })));
+        let gateway = json!({ "status": { "addresses": [] } });
+        assert!(!ReadinessRule::FieldPresent("/status/addresses".into()).is_met(&gateway));
+        let pvc = json!({ "status": { "phase": "Bound" } });
+        let bound = ReadinessRule::FieldEquals {
+            path: "/status/phase".into(),
+            value: "Bound".into(),
+        };
+        assert!(bound.is_met(&pvc));
+        assert!(ReadinessRule::Created.is_met(&json!({})));
+    }
+
+    #[test]
+    fn an_object_ref_names_kind_group_and_place() {
+        let r = ObjectRef::of(&json!({ "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "web", "namespace": "ml-team" } }));
+        assert_eq!(r.to_string(), "Deployment.apps ml-team/web");
+        assert_eq!(r.group(), "apps");
+        let ns = ObjectRef::of(
+            &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "a" } }),
+        );
+        assert_eq!(ns.to_string(), "Namespace a");
+    }
+}

@@ -1,0 +1,208 @@
+//! Connections to workload clusters, one per InferenceCluster, built from
+//! the kubeconfig in its Secret and rebuilt when that Secret changes. A
+//! cluster that cannot be reached keeps its connection: the watches retry
+//! with backoff, and nothing is decided from what cannot be seen.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use modelplane_api::labels::SYSTEM_NAMESPACE;
+use modelplane_api::types::{InferenceCluster, Source};
+use modelplane_compose::Target;
+use modelplane_compose::world::Subject;
+
+use crate::Shared;
+use crate::target::Connection;
+
+/// Why a workload cluster has no connection.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The cluster publishes no kubeconfig yet.
+    #[error("cluster {cluster} has no kubeconfig yet: {why}")]
+    NoKubeconfig {
+        /// The InferenceCluster.
+        cluster: String,
+        /// What is missing.
+        why: String,
+    },
+    /// The kubeconfig does not work.
+    #[error("cluster {cluster}: the kubeconfig in Secret {secret} is not usable: {message}")]
+    BadKubeconfig {
+        /// The InferenceCluster.
+        cluster: String,
+        /// `namespace/name` of the Secret.
+        secret: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The control plane could not be read.
+    #[error("reading Secret {secret} for cluster {cluster}: {source}")]
+    Read {
+        /// The InferenceCluster.
+        cluster: String,
+        /// `namespace/name` of the Secret.
+        secret: String,
+        /// The client's error.
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+struct Connected {
+    connection: Arc<Connection>,
+    /// The Secret's resourceVersion the connection was built from.
+    version: String,
+}
+
+/// Every workload cluster connected.
+#[derive(Default)]
+pub struct Clusters {
+    connected: RwLock<HashMap<String, Connected>>,
+}
+
+impl Clusters {
+    /// The connection to cluster `name`, if any.
+    pub fn get(&self, name: &str) -> Option<Arc<Connection>> {
+        self.connected
+            .read()
+            .ok()?
+            .get(name)
+            .map(|c| c.connection.clone())
+    }
+
+    fn version(&self, name: &str) -> Option<String> {
+        self.connected
+            .read()
+            .ok()?
+            .get(name)
+            .map(|c| c.version.clone())
+    }
+
+    /// Drops the connection to `name` (its InferenceCluster is gone).
+    pub fn remove(&self, name: &str) -> bool {
+        self.connected
+            .write()
+            .map(|mut c| c.remove(name).is_some())
+            .unwrap_or(false)
+    }
+}
+
+/// Where an InferenceCluster's kubeconfig is: `(namespace, name, key)`.
+fn kubeconfig_secret(cluster: &InferenceCluster) -> Result<(String, String, String), String> {
+    if cluster.spec.cluster.source == Source::Existing {
+        let existing = cluster
+            .spec
+            .cluster
+            .existing
+            .as_ref()
+            .ok_or("spec.cluster.existing is not set")?;
+        return Ok((
+            SYSTEM_NAMESPACE.to_string(),
+            existing.secret_ref.name.clone(),
+            existing.secret_ref.key().to_string(),
+        ));
+    }
+    // A provisioned cluster's kubeconfig is its cloud cluster's connection
+    // Secret, named as the cluster composition names it.
+    let name = cluster.metadata.name.as_deref().unwrap_or_default();
+    Ok((
+        SYSTEM_NAMESPACE.to_string(),
+        modelplane_api::names::child_name(&[name, "kubeconfig"]),
+        "kubeconfig".to_string(),
+    ))
+}
+
+/// Connects to cluster `name` (or reconnects, when its Secret changed).
+pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectError> {
+    let cluster = shared
+        .index
+        .read()
+        .ok()
+        .and_then(|i| i.world.clusters.get(name).cloned());
+    let Some(cluster) = cluster else {
+        if shared.clusters.remove(name) {
+            shared.forget_watches(&Target::Cluster(name.to_string()));
+            tracing::info!(cluster = name, "disconnected: the InferenceCluster is gone");
+        }
+        return Ok(());
+    };
+    let (namespace, secret_name, key) =
+        kubeconfig_secret(&cluster).map_err(|why| ConnectError::NoKubeconfig {
+            cluster: name.to_string(),
+            why,
+        })?;
+    let secret_path = format!("{namespace}/{secret_name}");
+    let secrets: Api<Secret> = Api::namespaced(shared.control.client().clone(), &namespace);
+    let secret = secrets
+        .get_opt(&secret_name)
+        .await
+        .map_err(|e| ConnectError::Read {
+            cluster: name.to_string(),
+            secret: secret_path.clone(),
+            source: Box::new(e),
+        })?
+        .ok_or_else(|| ConnectError::NoKubeconfig {
+            cluster: name.to_string(),
+            why: format!("Secret {secret_path} does not exist"),
+        })?;
+    let version = secret.metadata.resource_version.clone().unwrap_or_default();
+    if shared.clusters.version(name).as_deref() == Some(version.as_str()) {
+        return Ok(());
+    }
+    let bad = |message: String| ConnectError::BadKubeconfig {
+        cluster: name.to_string(),
+        secret: secret_path.clone(),
+        message,
+    };
+    let text = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(&key))
+        .map(|b| String::from_utf8_lossy(&b.0).to_string())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(&key).cloned())
+        })
+        .ok_or_else(|| bad(format!("it has no key {key:?}")))?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&text).map_err(|e| bad(e.to_string()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| bad(e.to_string()))?;
+    let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+    let target = Target::Cluster(name.to_string());
+    if let Ok(mut connected) = shared.clusters.connected.write() {
+        connected.insert(
+            name.to_string(),
+            Connected {
+                connection: Arc::new(Connection::new(format!("cluster {name}"), client)),
+                version,
+            },
+        );
+    }
+    shared.forget_watches(&target);
+    if let Ok(mut index) = shared.index.write() {
+        index.drop_target(&target);
+    }
+    shared.watch_target(&target);
+    tracing::info!(cluster = name, secret = %secret_path, "connected");
+    let replicas: Vec<Subject> = shared
+        .index
+        .read()
+        .map(|i| {
+            i.world
+                .replicas
+                .iter()
+                .filter(|(_, r)| r.spec.cluster_name == name)
+                .map(|(k, _)| Subject::Replica(k.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for subject in replicas {
+        shared.queue.add(crate::Work::Reconcile(subject));
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! Modelplane's controllers, on any Kubernetes API server.
+//!
+//! Data flow (STYLE.md 1–3): watches on the control plane and on every
+//! workload cluster update one [`index::Index`] synchronously and queue the
+//! subjects a change concerns; workers take a subject from the [`queue`],
+//! take a snapshot of the index, ask the pure world for its composition,
+//! and hand the effects to the [`target`] connections — server-side apply
+//! as `modelplane` (forced), pruning of owned objects no longer desired
+//! (never while the composition holds, never before the lists are read),
+//! and a status patch only when the status changed. Every write Modelplane
+//! makes is labelled `modelplane.ai/owner-uid` with the uid of the object
+//! it was composed for (owner references cannot cross clusters). Every task
+//! belongs to the [`supervisor::Supervisor`].
+
+pub mod clusters;
+pub mod index;
+pub mod queue;
+pub mod reconcile;
+pub mod status;
+pub mod supervisor;
+pub mod target;
+pub mod watch;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use modelplane_compose::Target;
+use modelplane_compose::world::{ObjectRef, Subject};
+
+use crate::index::{Index, Kind};
+use crate::queue::Queue;
+use crate::supervisor::Supervisor;
+use crate::target::Connection;
+use crate::watch::Watched;
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Reconcilers running at once.
+    pub workers: usize,
+    /// How often everything is reconciled again even without a change.
+    pub resync: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            workers: 4,
+            resync: Duration::from_secs(300),
+        }
+    }
+}
+
+/// One unit of work.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Work {
+    /// Compose and apply a subject.
+    Reconcile(Subject),
+    /// Delete what Modelplane applied on a target for owners that are gone.
+    Orphans(Target),
+    /// (Re)connect to a workload cluster from its kubeconfig Secret.
+    Connect(String),
+}
+
+/// What every task shares.
+pub struct Shared {
+    /// What the watches observed.
+    pub index: RwLock<Index>,
+    /// What to do next.
+    pub queue: Queue<Work>,
+    /// The control plane.
+    pub control: Arc<Connection>,
+    /// Workload clusters by InferenceCluster name.
+    pub clusters: clusters::Clusters,
+    /// The kinds watched on each target.
+    watched: Mutex<HashSet<(Target, String, String)>>,
+    /// Shared objects (created, never pruned) applied by this process.
+    pub shared_applied: Mutex<HashSet<(Target, ObjectRef)>>,
+    /// Owns every task.
+    pub supervisor: Supervisor,
+}
+
+/// Kinds Modelplane applies on the control plane, watched from the start
+/// so that what an earlier run applied is known (and pruned when no longer
+/// desired) even before this run applies any.
+const CONTROL_OWNED: &[(&str, &str)] = &[
+    ("modelplane.ai/v1alpha1", "ModelReplica"),
+    ("modelplane.ai/v1alpha1", "ModelEndpoint"),
+];
+
+/// The same on each workload cluster.
+const CLUSTER_OWNED: &[(&str, &str)] = &[
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "ConfigMap"),
+    ("v1", "ServiceAccount"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
+    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+    ("grove.io/v1alpha1", "PodCliqueSet"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    ("inference.networking.k8s.io/v1", "InferencePool"),
+];
+
+impl Shared {
+    /// A controller's shared state over the control plane `control`.
+    pub fn new(control: Connection) -> Arc<Shared> {
+        Arc::new(Shared {
+            index: RwLock::default(),
+            queue: Queue::default(),
+            control: Arc::new(control),
+            clusters: clusters::Clusters::default(),
+            watched: Mutex::default(),
+            shared_applied: Mutex::default(),
+            supervisor: Supervisor::default(),
+        })
+    }
+
+    /// The connection to `target`, if there is one.
+    pub fn connection(&self, target: &Target) -> Option<Arc<Connection>> {
+        match target {
+            Target::ControlPlane => Some(self.control.clone()),
+            Target::Cluster(name) => self.clusters.get(name),
+        }
+    }
+
+    /// Starts watching Modelplane's objects of `(api_version, kind)` on
+    /// `target`, unless that watch runs already.
+    pub fn ensure_watch(self: &Arc<Self>, target: &Target, api_version: &str, kind: &str) {
+        let key = (target.clone(), api_version.to_string(), kind.to_string());
+        let Ok(mut watched) = self.watched.lock() else {
+            return;
+        };
+        if !watched.insert(key) {
+            return;
+        }
+        let Some(connection) = self.connection(target) else {
+            return;
+        };
+        let what = Watched::Owned(target.clone(), api_version.into(), kind.into());
+        self.supervisor
+            .spawn("owned watch", watch::run(self.clone(), connection, what));
+    }
+
+    /// Stops tracking the watches of `target` (its connection is replaced:
+    /// the new one starts its own).
+    pub fn forget_watches(&self, target: &Target) {
+        if let Ok(mut watched) = self.watched.lock() {
+            watched.retain(|(t, ..)| t != target);
+        }
+    }
+
+    /// Starts the default owned watches on `target`.
+    pub fn watch_target(self: &Arc<Self>, target: &Target) {
+        let kinds = match target {
+            Target::ControlPlane => CONTROL_OWNED,
+            Target::Cluster(_) => CLUSTER_OWNED,
+        };
+        for (api_version, kind) in kinds {
+            self.ensure_watch(target, api_version, kind);
+        }
+    }
+}
+
+/// Runs the controllers against `control` until `shutdown` resolves.
+pub async fn run(
+    config: Config,
+    control: Connection,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let shared = Shared::new(control);
+    for kind in Kind::ALL {
+        shared.supervisor.spawn(
+            "control watch",
+            watch::run(
+                shared.clone(),
+                shared.control.clone(),
+                Watched::Control(kind),
+            ),
+        );
+    }
+    shared.watch_target(&Target::ControlPlane);
+    for _ in 0..config.workers.max(1) {
+        shared
+            .supervisor
+            .spawn("worker", reconcile::work(shared.clone()));
+    }
+    shared
+        .supervisor
+        .spawn("resync", reconcile::resync(shared.clone(), config.resync));
+    shutdown.await;
+    shared.supervisor.shutdown().await;
+}

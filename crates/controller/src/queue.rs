@@ -1,0 +1,180 @@
+//! The work queue: each subject at most once in the queue and at most once
+//! in flight (a subject changed while it reconciles runs again after), and
+//! retries after a delay that doubles per failure, up to a cap.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// First retry delay after a failure.
+pub const FIRST_RETRY: Duration = Duration::from_millis(200);
+/// Longest retry delay.
+pub const MAX_RETRY: Duration = Duration::from_secs(60);
+
+struct State<T> {
+    ready: VecDeque<T>,
+    queued: HashSet<T>,
+    in_flight: HashSet<T>,
+    /// Changed while in flight: queue again when done.
+    dirty: HashSet<T>,
+    /// Failures in a row, for the backoff.
+    failures: std::collections::HashMap<T, u32>,
+    /// Retries due, by time.
+    later: BTreeMap<(Instant, u64), T>,
+    sequence: u64,
+}
+
+/// A deduplicating work queue with backoff.
+pub struct Queue<T> {
+    state: Mutex<State<T>>,
+    wake: Notify,
+}
+
+impl<T: Clone + Eq + Hash> Default for Queue<T> {
+    fn default() -> Self {
+        Queue {
+            state: Mutex::new(State {
+                ready: VecDeque::new(),
+                queued: HashSet::new(),
+                in_flight: HashSet::new(),
+                dirty: HashSet::new(),
+                failures: std::collections::HashMap::new(),
+                later: BTreeMap::new(),
+                sequence: 0,
+            }),
+            wake: Notify::new(),
+        }
+    }
+}
+
+impl<T: Clone + Eq + Hash> Queue<T> {
+    /// Queues `item` unless it is queued already.
+    pub fn add(&self, item: T) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        if state.in_flight.contains(&item) {
+            state.dirty.insert(item);
+            return;
+        }
+        if state.queued.insert(item.clone()) {
+            state.ready.push_back(item);
+            drop(state);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Items queued or waiting for a retry.
+    pub fn depth(&self) -> usize {
+        self.state
+            .lock()
+            .map(|s| s.ready.len() + s.later.len())
+            .unwrap_or(0)
+    }
+
+    /// The next item to work on; waits for one. The caller reports the
+    /// outcome with [`Queue::done`].
+    pub async fn next(&self) -> T {
+        loop {
+            let notified = self.wake.notified();
+            let due = {
+                let Ok(mut state) = self.state.lock() else {
+                    notified.await;
+                    continue;
+                };
+                let now = Instant::now();
+                while let Some(entry) = state.later.first_entry() {
+                    if entry.key().0 > now {
+                        break;
+                    }
+                    let item = entry.remove();
+                    if state.queued.insert(item.clone()) {
+                        state.ready.push_back(item);
+                    }
+                }
+                if let Some(item) = state.ready.pop_front() {
+                    state.queued.remove(&item);
+                    state.in_flight.insert(item.clone());
+                    return item;
+                }
+                state.later.keys().next().map(|(at, _)| *at)
+            };
+            match due {
+                Some(at) => {
+                    tokio::select! {
+                        () = notified => {}
+                        () = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Reports how `item` went: a failure retries it after a backoff.
+    pub fn done(&self, item: &T, failed: bool) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        state.in_flight.remove(item);
+        if failed {
+            let failures = state.failures.entry(item.clone()).or_insert(0);
+            *failures = failures.saturating_add(1);
+            let delay = backoff(*failures);
+            state.sequence += 1;
+            let key = (Instant::now() + delay, state.sequence);
+            state.later.insert(key, item.clone());
+        } else {
+            state.failures.remove(item);
+        }
+        if state.dirty.remove(item) && state.queued.insert(item.clone()) {
+            state.ready.push_back(item.clone());
+        }
+        drop(state);
+        self.wake.notify_one();
+    }
+}
+
+/// The delay before retry number `failures`.
+pub fn backoff(failures: u32) -> Duration {
+    let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(16));
+    FIRST_RETRY.saturating_mul(factor).min(MAX_RETRY)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_item_is_queued_once_and_runs_again_if_changed_in_flight() {
+        let queue = Queue::default();
+        queue.add("a");
+        queue.add("a");
+        queue.add("b");
+        assert_eq!(queue.depth(), 2);
+        assert_eq!(queue.next().await, "a");
+        queue.add("a");
+        assert_eq!(queue.next().await, "b");
+        queue.done(&"a", false);
+        assert_eq!(queue.next().await, "a", "changed while in flight: again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_retries_after_a_doubling_backoff() {
+        let queue = Queue::default();
+        queue.add("a");
+        let item = queue.next().await;
+        let start = Instant::now();
+        queue.done(&item, true);
+        let item = queue.next().await;
+        assert_eq!(start.elapsed(), FIRST_RETRY);
+        queue.done(&item, true);
+        queue.next().await;
+        assert_eq!(start.elapsed(), FIRST_RETRY * 3);
+        assert_eq!(backoff(40), MAX_RETRY);
+    }
+}

@@ -1,0 +1,329 @@
+//! One reconcile: snapshot → compose → apply → prune → status.
+//!
+//! The hold rule lives here: nothing is pruned while the composition holds,
+//! while any write of this pass failed, before the control plane's lists
+//! are read, or before the owned objects of that kind on that target are
+//! listed; an owner that is gone has its objects removed only once the
+//! lists say so. A failed pass is retried with backoff and deletes nothing.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use modelplane_api::labels;
+use modelplane_compose::world::{ObjectRef, Subject};
+use modelplane_compose::{Composition, Target};
+use serde_json::{Value, json};
+
+use crate::index::Kind;
+use crate::target::TargetError;
+use crate::{Shared, Work};
+
+/// Why a reconcile did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// Some writes failed.
+    #[error("{subject:?}: {}", messages.join("; "))]
+    Writes {
+        /// What was reconciled.
+        subject: Subject,
+        /// Each failure.
+        messages: Vec<String>,
+    },
+    /// A workload cluster could not be connected.
+    #[error(transparent)]
+    Connect(#[from] crate::clusters::ConnectError),
+}
+
+/// Runs work from the queue until stopped.
+pub async fn work(shared: Arc<Shared>) {
+    loop {
+        let work = shared.queue.next().await;
+        let failed = match &work {
+            Work::Reconcile(subject) => match reconcile(&shared, subject).await {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconcile failed; retrying");
+                    true
+                }
+            },
+            Work::Orphans(target) => collect_orphans(&shared, target).await,
+            Work::Connect(cluster) => match crate::clusters::connect(&shared, cluster).await {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::info!(error = %e, "not connected yet");
+                    true
+                }
+            },
+        };
+        shared.queue.done(&work, failed);
+    }
+}
+
+/// Queues everything now and then, so a missed event is made up for; a
+/// world that did not change costs no write.
+pub async fn resync(shared: Arc<Shared>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tick.tick().await;
+        let (subjects, clusters) = match shared.index.read() {
+            Ok(index) => (
+                index.subjects(),
+                index.world.clusters.keys().cloned().collect::<Vec<_>>(),
+            ),
+            Err(_) => return,
+        };
+        for cluster in clusters {
+            shared.queue.add(Work::Connect(cluster));
+        }
+        for subject in subjects {
+            shared.queue.add(Work::Reconcile(subject));
+        }
+    }
+}
+
+/// What a reconcile read from the index, so no lock is held while it writes.
+struct Plan {
+    composition: Composition,
+    owner: ObjectRef,
+    uid: String,
+    generation: Option<i64>,
+    observed_status: Value,
+    /// Owned objects observed now.
+    owned: Vec<(Target, ObjectRef)>,
+    /// The desired objects whose observed copy already holds them.
+    unchanged: BTreeSet<(Target, ObjectRef)>,
+    /// May prune now (lists read).
+    prunable: BTreeSet<(Target, ObjectRef)>,
+    ready: bool,
+}
+
+/// `true` when every field of `desired` has the same value in `observed`.
+pub fn contains(observed: &Value, desired: &Value) -> bool {
+    match (observed, desired) {
+        (Value::Object(o), Value::Object(d)) => d
+            .iter()
+            .all(|(k, v)| o.get(k).is_some_and(|ov| contains(ov, v))),
+        (Value::Array(o), Value::Array(d)) => {
+            o.len() == d.len() && o.iter().zip(d).all(|(ov, dv)| contains(ov, dv))
+        }
+        (o, d) => o == d,
+    }
+}
+
+fn is_shared(object: &Value) -> bool {
+    object["metadata"]["annotations"][labels::SHARED] == "true"
+}
+
+/// `object` labelled as owned by `uid` (shared objects stay unlabelled:
+/// they are never pruned).
+fn owned(mut object: Value, uid: &str) -> Value {
+    if !is_shared(&object) {
+        object["metadata"]["labels"][labels::OWNER_UID] = json!(uid);
+    }
+    object
+}
+
+fn subject_ref(subject: &Subject, object: &Value) -> ObjectRef {
+    let (api_version, kind) = match subject {
+        Subject::Deployment(_) => Kind::Deployment.type_meta(),
+        Subject::Replica(_) => Kind::Replica.type_meta(),
+    };
+    ObjectRef {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        namespace: object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .into(),
+        name: object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .into(),
+    }
+}
+
+fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
+    let index = shared.index.read().ok()?;
+    if !index.synced() {
+        return None;
+    }
+    let composition = index.world.compose(subject)?;
+    let uid = index.uid_of(subject)?.to_string();
+    let object = match subject {
+        Subject::Deployment(key) => {
+            serde_json::to_value(index.world.deployments.get(key)?.as_ref())
+        }
+        Subject::Replica(key) => serde_json::to_value(index.world.replicas.get(key)?.as_ref()),
+    }
+    .ok()?;
+    let owner = subject_ref(subject, &object);
+    let mut unchanged = BTreeSet::new();
+    for d in &composition.desired {
+        let reference = ObjectRef::of(&d.object);
+        let labelled = owned(d.object.clone(), &uid);
+        if index
+            .world
+            .observed(d)
+            .is_some_and(|o| contains(o, &labelled))
+        {
+            unchanged.insert((d.target.clone(), reference));
+        }
+    }
+    let owned_now = index.owned_by(&uid);
+    let prunable = owned_now
+        .iter()
+        .filter(|(t, r)| index.owned_synced(t, &r.api_version, &r.kind))
+        .cloned()
+        .collect();
+    Some(Plan {
+        ready: index.world.all_ready(&composition),
+        composition,
+        owner,
+        uid,
+        generation: object["metadata"]["generation"].as_i64(),
+        observed_status: object.get("status").cloned().unwrap_or(Value::Null),
+        owned: owned_now,
+        unchanged,
+        prunable,
+    })
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// Reconciles `subject` once.
+pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), ReconcileError> {
+    let Some(plan) = plan(shared, subject) else {
+        return Ok(());
+    };
+    let mut failures = Vec::new();
+    for desired in &plan.composition.desired {
+        let reference = ObjectRef::of(&desired.object);
+        let key = (desired.target.clone(), reference.clone());
+        if plan.unchanged.contains(&key) {
+            continue;
+        }
+        let shared_object = is_shared(&desired.object);
+        if shared_object && shared.shared_applied.lock().is_ok_and(|s| s.contains(&key)) {
+            continue;
+        }
+        let Some(connection) = shared.connection(&desired.target) else {
+            if let Target::Cluster(name) = &desired.target {
+                shared.queue.add(Work::Connect(name.clone()));
+                failures.push(format!("cluster {name} is not connected yet"));
+            }
+            continue;
+        };
+        shared.ensure_watch(&desired.target, &reference.api_version, &reference.kind);
+        match connection
+            .apply(&owned(desired.object.clone(), &plan.uid))
+            .await
+        {
+            Ok(stored) => {
+                tracing::debug!(object = %reference, target = %connection.name, "applied");
+                if shared_object {
+                    if let Ok(mut s) = shared.shared_applied.lock() {
+                        s.insert(key);
+                    }
+                } else if let Ok(mut index) = shared.index.write() {
+                    index.apply_owned(&desired.target, stored);
+                }
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    if !plan.composition.hold && failures.is_empty() {
+        prune(shared, &plan, &mut failures).await;
+    }
+    publish_status(shared, &plan, &failures).await;
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(ReconcileError::Writes {
+            subject: subject.clone(),
+            messages: failures,
+        })
+    }
+}
+
+async fn prune(shared: &Arc<Shared>, plan: &Plan, failures: &mut Vec<String>) {
+    let desired: BTreeSet<(Target, ObjectRef)> = plan
+        .composition
+        .desired
+        .iter()
+        .map(|d| (d.target.clone(), ObjectRef::of(&d.object)))
+        .collect();
+    for key in &plan.owned {
+        if desired.contains(key) || !plan.prunable.contains(key) {
+            continue;
+        }
+        let (target, reference) = key;
+        let Some(connection) = shared.connection(target) else {
+            continue;
+        };
+        match connection.delete(reference).await {
+            Ok(()) => {
+                tracing::info!(object = %reference, target = %connection.name, owner = %plan.owner, "pruned")
+            }
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+}
+
+async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) {
+    let error = (!failures.is_empty()).then(|| failures.join("; "));
+    let status = crate::status::publish(
+        &plan.composition,
+        plan.ready,
+        error.as_deref(),
+        &plan.observed_status,
+        &now(),
+        plan.generation,
+    );
+    if status == plan.observed_status {
+        return;
+    }
+    for (type_, state, reason, message) in
+        crate::status::transitions(&plan.observed_status, &status)
+    {
+        tracing::info!(object = %plan.owner, condition = %type_, status = %state, reason = %reason, message = %message, "condition changed");
+    }
+    if let Err(e) = shared.control.patch_status(&plan.owner, &status).await {
+        tracing::warn!(object = %plan.owner, error = %e, "status not written");
+    }
+}
+
+/// Deletes objects on `target` whose owners are gone; returns whether it
+/// must be retried.
+async fn collect_orphans(shared: &Arc<Shared>, target: &Target) -> bool {
+    let orphans = match shared.index.read() {
+        Ok(index) if index.synced() => index
+            .orphans(target)
+            .into_iter()
+            .filter(|r| index.owned_synced(target, &r.api_version, &r.kind))
+            .collect::<Vec<_>>(),
+        _ => return false,
+    };
+    let Some(connection) = shared.connection(target) else {
+        return false;
+    };
+    let mut failed = false;
+    for reference in orphans {
+        match connection.delete(&reference).await {
+            Ok(()) => {
+                tracing::info!(object = %reference, target = %connection.name, "deleted: its owner is gone")
+            }
+            Err(TargetError::NotServed { .. }) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "orphan not deleted");
+                failed = true;
+            }
+        }
+    }
+    failed
+}

@@ -1,0 +1,146 @@
+//! The status a composition publishes: compose's fields and conditions,
+//! Crossplane's `Ready` (every composed object ready by its rule) and
+//! `Synced` (every write made), each condition keeping its
+//! `lastTransitionTime` while its status stays the same. Pure.
+
+use modelplane_compose::Composition;
+use serde_json::{Map, Value, json};
+
+/// The status to publish for `composition`, given the one observed now.
+pub fn publish(
+    composition: &Composition,
+    ready: bool,
+    sync_error: Option<&str>,
+    observed: &Value,
+    now: &str,
+    generation: Option<i64>,
+) -> Value {
+    let mut status = match &composition.status {
+        Some(Value::Object(fields)) => fields.clone(),
+        _ => Map::new(),
+    };
+    let mut conditions: Vec<Value> = composition
+        .conditions
+        .iter()
+        .map(|c| {
+            let mut condition = json!({ "type": c.type_, "status": c.status, "reason": c.reason });
+            if !c.message.is_empty() {
+                condition["message"] = json!(c.message);
+            }
+            condition
+        })
+        .collect();
+    conditions.push(match sync_error {
+        None => json!({ "type": "Synced", "status": "True", "reason": "ReconcileSuccess" }),
+        Some(message) => json!({
+            "type": "Synced", "status": "False", "reason": "ReconcileError", "message": message,
+        }),
+    });
+    conditions.push(if ready {
+        json!({ "type": "Ready", "status": "True", "reason": "Available" })
+    } else {
+        json!({ "type": "Ready", "status": "False", "reason": "Creating" })
+    });
+    let before = observed["conditions"].as_array();
+    for condition in &mut conditions {
+        let kept = before
+            .into_iter()
+            .flatten()
+            .find(|old| old["type"] == condition["type"] && old["status"] == condition["status"]);
+        condition["lastTransitionTime"] = kept
+            .and_then(|old| old.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(now));
+        if let Some(generation) = generation {
+            condition["observedGeneration"] = json!(generation);
+        }
+    }
+    status.insert("conditions".into(), Value::Array(conditions));
+    Value::Object(status)
+}
+
+/// The condition types whose status changed from `before` to `after`, with
+/// their new reason and message: what an Event tells.
+pub fn transitions(before: &Value, after: &Value) -> Vec<(String, String, String, String)> {
+    let old = before["conditions"].as_array();
+    after["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            !old.into_iter()
+                .flatten()
+                .any(|o| o["type"] == c["type"] && o["status"] == c["status"])
+        })
+        .map(|c| {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            (
+                text("type"),
+                text("status"),
+                text("reason"),
+                text("message"),
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use modelplane_compose::Condition;
+
+    fn composition(ok: bool) -> Composition {
+        Composition {
+            conditions: vec![Condition::new("ModelReady", ok, "Serving", "")],
+            status: Some(json!({ "replicas": 1 })),
+            ..Composition::default()
+        }
+    }
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_until_its_status_changes() {
+        let first = publish(
+            &composition(false),
+            false,
+            None,
+            &Value::Null,
+            "t1",
+            Some(1),
+        );
+        assert_eq!(first["replicas"], 1);
+        let again = publish(&composition(false), false, None, &first, "t2", Some(1));
+        assert_eq!(
+            first, again,
+            "nothing changed: the same status, times included"
+        );
+        let ready = publish(&composition(true), true, None, &again, "t3", Some(1));
+        let time = |s: &Value, t: &str| {
+            s["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == t))
+                .map(|c| c["lastTransitionTime"].clone())
+        };
+        assert_eq!(time(&ready, "ModelReady"), Some(json!("t3")));
+        assert_eq!(time(&ready, "Synced"), Some(json!("t1")));
+        let changed = transitions(&again, &ready);
+        let types: Vec<&str> = changed.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(types, ["ModelReady", "Ready"]);
+    }
+
+    #[test]
+    fn a_failed_write_is_synced_false_with_its_message() {
+        let status = publish(
+            &composition(true),
+            false,
+            Some("boom"),
+            &Value::Null,
+            "t",
+            None,
+        );
+        let synced = status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Synced").cloned())
+            .expect("synced");
+        assert_eq!(synced["status"], "False");
+        assert_eq!(synced["message"], "boom");
+    }
+}

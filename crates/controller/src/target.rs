@@ -1,0 +1,231 @@
+//! One API server the controller writes to — the control plane or a
+//! workload cluster — and the only code that performs writes (STYLE.md 1):
+//! server-side apply as `modelplane`, forced; deletes; status patches. Kinds
+//! are resolved through the server's discovery and remembered, so a kind
+//! the server does not serve (a CRD not installed yet) is an error naming
+//! it, retried later, never a crash.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::{Client, Error as KubeError};
+use modelplane_api::labels::FIELD_MANAGER;
+use modelplane_compose::world::ObjectRef;
+use serde_json::Value;
+
+/// How long "not served" is believed before discovery is asked again.
+const NOT_SERVED_FOR: Duration = Duration::from_secs(5);
+
+/// A write that did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// The server does not serve the kind (its CRD is not installed).
+    #[error(
+        "{kind} ({api_version}) is not served by {target}: its CustomResourceDefinition is not installed"
+    )]
+    NotServed {
+        /// The kind's apiVersion.
+        api_version: String,
+        /// The kind.
+        kind: String,
+        /// Where.
+        target: String,
+    },
+    /// The server refused or could not be reached.
+    #[error("{target}: {action} {object}: {source}")]
+    Api {
+        /// Where.
+        target: String,
+        /// What was being done.
+        action: &'static str,
+        /// To what.
+        object: String,
+        /// The client's error.
+        #[source]
+        source: Box<KubeError>,
+    },
+}
+
+impl TargetError {
+    /// The label for error counters.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            TargetError::NotServed { .. } => "not_served",
+            TargetError::Api { source, .. } => match source.as_ref() {
+                KubeError::Api(s) if s.code == 409 => "conflict",
+                KubeError::Api(s) if s.code == 422 => "invalid",
+                KubeError::Api(_) => "refused",
+                _ => "unreachable",
+            },
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Resolved {
+    Served(ApiResource, bool),
+    NotServed(Instant),
+}
+
+/// A connection to one API server.
+pub struct Connection {
+    /// How messages name it (`control plane`, `cluster us-east`).
+    pub name: String,
+    client: Client,
+    kinds: RwLock<HashMap<(String, String), Resolved>>,
+}
+
+impl Connection {
+    /// A connection named `name` through `client`.
+    pub fn new(name: impl Into<String>, client: Client) -> Connection {
+        Connection {
+            name: name.into(),
+            client,
+            kinds: RwLock::default(),
+        }
+    }
+
+    /// The client.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The resource of `api_version`/`kind` and whether it is namespaced.
+    pub async fn resolve(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, bool), TargetError> {
+        let key = (api_version.to_string(), kind.to_string());
+        let known = self.kinds.read().ok().and_then(|k| k.get(&key).cloned());
+        match known {
+            Some(Resolved::Served(resource, namespaced)) => return Ok((resource, namespaced)),
+            Some(Resolved::NotServed(at)) if at.elapsed() < NOT_SERVED_FOR => {
+                return Err(self.not_served(api_version, kind));
+            }
+            _ => {}
+        }
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let resolved = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((resource, caps)) => Resolved::Served(resource, caps.scope == Scope::Namespaced),
+            Err(KubeError::Discovery(_)) => Resolved::NotServed(Instant::now()),
+            Err(KubeError::Api(s)) if s.code == 404 => Resolved::NotServed(Instant::now()),
+            Err(source) => {
+                return Err(TargetError::Api {
+                    target: self.name.clone(),
+                    action: "discovering",
+                    object: format!("{kind} ({api_version})"),
+                    source: Box::new(source),
+                });
+            }
+        };
+        if let Ok(mut kinds) = self.kinds.write() {
+            kinds.insert(key, resolved.clone());
+        }
+        match resolved {
+            Resolved::Served(resource, namespaced) => Ok((resource, namespaced)),
+            Resolved::NotServed(_) => Err(self.not_served(api_version, kind)),
+        }
+    }
+
+    /// Forgets what discovery said (after a CRD was installed or removed).
+    pub fn forget_kinds(&self) {
+        if let Ok(mut kinds) = self.kinds.write() {
+            kinds.clear();
+        }
+    }
+
+    fn not_served(&self, api_version: &str, kind: &str) -> TargetError {
+        TargetError::NotServed {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            target: self.name.clone(),
+        }
+    }
+
+    async fn api(&self, object: &ObjectRef) -> Result<Api<DynamicObject>, TargetError> {
+        let (resource, namespaced) = self.resolve(&object.api_version, &object.kind).await?;
+        Ok(if namespaced {
+            Api::namespaced_with(self.client.clone(), &object.namespace, &resource)
+        } else {
+            Api::all_with(self.client.clone(), &resource)
+        })
+    }
+
+    fn failed(&self, action: &'static str, object: &ObjectRef, source: KubeError) -> TargetError {
+        TargetError::Api {
+            target: self.name.clone(),
+            action,
+            object: object.to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Applies `object` server-side as `modelplane`, taking over fields
+    /// another manager set (as controllers do); returns what the server
+    /// stored.
+    pub async fn apply(&self, object: &Value) -> Result<Value, TargetError> {
+        let reference = ObjectRef::of(object);
+        let api = self.api(&reference).await?;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&reference.name, &params, &Patch::Apply(object))
+            .await
+            .map(|stored| serde_json::to_value(stored).unwrap_or(Value::Null))
+            .map_err(|e| self.failed("applying", &reference, e))
+    }
+
+    /// Deletes the object (already gone is fine), in the background: its
+    /// dependents go after it, as `kubectl delete` does.
+    pub async fn delete(&self, object: &ObjectRef) -> Result<(), TargetError> {
+        let api = self.api(object).await?;
+        match api.delete(&object.name, &DeleteParams::background()).await {
+            Ok(_) => Ok(()),
+            Err(KubeError::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(self.failed("deleting", object, e)),
+        }
+    }
+
+    /// Writes `status` (the whole status) to the object's status
+    /// subresource, as `modelplane`.
+    pub async fn patch_status(
+        &self,
+        object: &ObjectRef,
+        status: &Value,
+    ) -> Result<(), TargetError> {
+        let api = self.api(object).await?;
+        let patch = serde_json::json!({
+            "apiVersion": object.api_version,
+            "kind": object.kind,
+            "status": status,
+        });
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch_status(&object.name, &params, &Patch::Apply(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.failed("writing the status of", object, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_crd_is_named_with_the_cluster() {
+        let error = TargetError::NotServed {
+            api_version: "leaderworkerset.x-k8s.io/v1".into(),
+            kind: "LeaderWorkerSet".into(),
+            target: "cluster us-east".into(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) is not served by cluster us-east: its CustomResourceDefinition is not installed"
+        );
+        assert_eq!(error.metric_label(), "not_served");
+    }
+}

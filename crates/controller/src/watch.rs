@@ -1,0 +1,149 @@
+//! Watches feed the index: kube-runtime watchers (relisting with backoff
+//! on their own) turned into the index's `apply`, `delete` and `reset`, and
+//! the subjects those return queued.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use modelplane_api::labels;
+use modelplane_compose::Target;
+use serde_json::Value;
+
+use crate::Shared;
+use crate::index::Kind;
+use crate::target::{Connection, TargetError};
+
+/// How often a kind that is not served is looked up again.
+const NOT_SERVED_RETRY: Duration = Duration::from_secs(5);
+
+/// What one watch stream is of.
+#[derive(Clone, Debug)]
+pub enum Watched {
+    /// A control-plane kind the controller reads.
+    Control(Kind),
+    /// Objects of `(apiVersion, kind)` Modelplane applied on a target.
+    Owned(Target, String, String),
+}
+
+impl Watched {
+    fn type_meta(&self) -> (String, String) {
+        match self {
+            Watched::Control(kind) => {
+                let (a, k) = kind.type_meta();
+                (a.to_string(), k.to_string())
+            }
+            Watched::Owned(_, a, k) => (a.clone(), k.clone()),
+        }
+    }
+}
+
+fn value(object: DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}
+
+/// Runs one watch until the supervisor stops it.
+pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watched) {
+    let (api_version, kind) = watched.type_meta();
+    let resource = loop {
+        match connection.resolve(&api_version, &kind).await {
+            Ok((resource, _)) => break resource,
+            Err(TargetError::NotServed { .. }) => {
+                // Normal until its CRD is installed; the lists that depend
+                // on it stay unsynced, so nothing is pruned meanwhile.
+                connection.forget_kinds();
+                tokio::time::sleep(NOT_SERVED_RETRY).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery failed; retrying");
+                tokio::time::sleep(NOT_SERVED_RETRY).await;
+            }
+        }
+    };
+    let api: Api<DynamicObject> = Api::all_with(connection.client().clone(), &resource);
+    let config = match &watched {
+        Watched::Control(_) => watcher::Config::default(),
+        Watched::Owned(..) => watcher::Config::default().labels(labels::OWNER_UID),
+    };
+    let mut events = watcher(api, config).default_backoff().boxed();
+    let mut listing: Vec<Value> = Vec::new();
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
+                continue;
+            }
+        };
+        if let Watched::Owned(target, ..) = &watched
+            && !shared
+                .connection(target)
+                .is_some_and(|current| Arc::ptr_eq(&current, &connection))
+        {
+            // The connection was replaced (its kubeconfig changed): the new
+            // one runs its own watches.
+            return;
+        }
+        let clusters = match (&event, &watched) {
+            (
+                watcher::Event::Apply(o) | watcher::Event::Delete(o),
+                Watched::Control(Kind::Cluster),
+            ) => o.metadata.name.clone().into_iter().collect(),
+            (watcher::Event::InitApply(o), Watched::Control(Kind::Cluster)) => {
+                o.metadata.name.clone().into_iter().collect()
+            }
+            _ => Vec::new(),
+        };
+        // An owner deleted leaves its objects on every target to collect.
+        let owner_deleted = matches!(
+            (&event, &watched),
+            (
+                watcher::Event::Delete(_),
+                Watched::Control(Kind::Deployment | Kind::Replica)
+            )
+        );
+        let subjects = {
+            let Ok(mut index) = shared.index.write() else {
+                return;
+            };
+            if owner_deleted {
+                for target in index.world.applied.keys() {
+                    shared.queue.add(crate::Work::Orphans(target.clone()));
+                }
+            }
+            match (event, &watched) {
+                (watcher::Event::Init, _) => {
+                    listing.clear();
+                    Vec::new()
+                }
+                (watcher::Event::InitApply(o), _) => {
+                    listing.push(value(o));
+                    Vec::new()
+                }
+                (watcher::Event::InitDone, Watched::Control(k)) => {
+                    index.reset(*k, &std::mem::take(&mut listing))
+                }
+                (watcher::Event::InitDone, Watched::Owned(t, a, k)) => {
+                    index.reset_owned(t, (a, k), std::mem::take(&mut listing))
+                }
+                (watcher::Event::Apply(o), Watched::Control(k)) => index.apply(*k, &value(o)),
+                (watcher::Event::Apply(o), Watched::Owned(t, ..)) => index.apply_owned(t, value(o)),
+                (watcher::Event::Delete(o), Watched::Control(k)) => index.delete(*k, &value(o)),
+                (watcher::Event::Delete(o), Watched::Owned(t, ..)) => {
+                    index.delete_owned(t, &value(o))
+                }
+            }
+        };
+        for cluster in clusters {
+            shared.queue.add(crate::Work::Connect(cluster));
+        }
+        for subject in subjects {
+            shared.queue.add(crate::Work::Reconcile(subject));
+        }
+        if let Watched::Owned(target, ..) = &watched {
+            shared.queue.add(crate::Work::Orphans(target.clone()));
+        }
+    }
+}
