@@ -174,19 +174,24 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
         .map_err(|e| bad(e.to_string()))?;
     let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
     let target = Target::Cluster(name.to_string());
-    if let Ok(mut connected) = shared.clusters.connected.write() {
-        connected.insert(
-            name.to_string(),
-            Connected {
-                connection: Arc::new(Connection::new(format!("cluster {name}"), client)),
-                version,
-            },
-        );
-    }
-    shared.forget_watches(&target);
-    if let Ok(mut index) = shared.index.write() {
+    {
+        // Swapped under the index's lock, so no watch of the old connection
+        // writes after the target's objects are forgotten.
+        let Ok(mut index) = shared.index.write() else {
+            return Ok(());
+        };
+        if let Ok(mut connected) = shared.clusters.connected.write() {
+            connected.insert(
+                name.to_string(),
+                Connected {
+                    connection: Arc::new(Connection::new(format!("cluster {name}"), client)),
+                    version,
+                },
+            );
+        }
         index.drop_target(&target);
     }
+    shared.forget_watches(&target);
     shared.watch_target(&target);
     tracing::info!(cluster = name, secret = %secret_path, "connected");
     let replicas: Vec<Subject> = shared

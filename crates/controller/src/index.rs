@@ -124,8 +124,8 @@ impl Index {
             .is_some_and(|l| l.contains(&(api_version.to_string(), kind.to_string())))
     }
 
-    /// Objects on `target` whose owner is no observed subject.
-    pub fn orphans(&self, target: &Target) -> Vec<ObjectRef> {
+    /// Objects on `target` whose owner is no observed subject, as observed.
+    pub fn orphans(&self, target: &Target) -> Vec<(ObjectRef, Arc<Value>)> {
         let Some(applied) = self.world.applied.get(target) else {
             return Vec::new();
         };
@@ -134,7 +134,7 @@ impl Index {
             .filter(|(_, object)| {
                 owner_uid(object).is_some_and(|owner| !self.subjects.contains_key(owner))
             })
-            .map(|(r, _)| r.clone())
+            .map(|(r, o)| (r.clone(), o.clone()))
             .collect()
     }
 
@@ -185,15 +185,18 @@ impl Index {
                 self.deployments()
             }
             Kind::Deployment => {
+                let subject = Subject::Deployment(key.clone());
+                // Its uid counts even if it does not parse: what it owns is
+                // not an orphan.
+                self.remember(object, &subject);
                 let Some(deployment) = typed(object) else {
                     return Vec::new();
                 };
-                self.world.deployments.insert(key.clone(), deployment);
-                let subject = Subject::Deployment(key);
-                self.remember(object, &subject);
+                self.world.deployments.insert(key, deployment);
                 vec![subject]
             }
             Kind::Replica => {
+                self.remember(object, &Subject::Replica(key.clone()));
                 let Some(replica) = typed::<modelplane_api::types::ModelReplica>(object) else {
                     return Vec::new();
                 };
@@ -205,7 +208,6 @@ impl Index {
                     .map(|d| Subject::Deployment(key_in(object, d)));
                 self.world.replicas.insert(key.clone(), replica);
                 let subject = Subject::Replica(key);
-                self.remember(object, &subject);
                 [Some(subject)]
                     .into_iter()
                     .chain([deployment])
@@ -280,17 +282,34 @@ impl Index {
     /// Replaces every object of `kind` with a fresh list; returns what to
     /// reconcile (everything, once every kind is listed).
     pub fn reset(&mut self, kind: Kind, objects: &[Value]) -> Vec<Subject> {
+        // Only what the list no longer has goes: an object that is listed
+        // but does not parse keeps what was known of it.
+        let listed: BTreeSet<Key> = objects.iter().map(object_key).collect();
+        let gone = |keys: Vec<&Key>| -> Vec<Key> {
+            keys.into_iter()
+                .filter(|k| !listed.contains(*k))
+                .cloned()
+                .collect()
+        };
         match kind {
-            Kind::Cluster => self.world.clusters.clear(),
-            Kind::Class => self.world.classes.clear(),
-            Kind::Cache => self.world.caches.clear(),
+            Kind::Cluster => gone(self.world.clusters.keys().collect())
+                .iter()
+                .for_each(|k| drop(self.world.clusters.remove(k))),
+            Kind::Class => gone(self.world.classes.keys().collect())
+                .iter()
+                .for_each(|k| drop(self.world.classes.remove(k))),
+            Kind::Cache => gone(self.world.caches.keys().collect())
+                .iter()
+                .for_each(|k| drop(self.world.caches.remove(k))),
             Kind::Deployment => {
-                for key in std::mem::take(&mut self.world.deployments).into_keys() {
+                for key in gone(self.world.deployments.keys().collect()) {
+                    self.world.deployments.remove(&key);
                     self.forget(&Subject::Deployment(key));
                 }
             }
             Kind::Replica => {
-                for key in std::mem::take(&mut self.world.replicas).into_keys() {
+                for key in gone(self.world.replicas.keys().collect()) {
+                    self.world.replicas.remove(&key);
                     self.forget(&Subject::Replica(key));
                 }
             }
@@ -406,4 +425,56 @@ impl Index {
 /// The key of `name` in the namespace of `object`.
 fn key_in(object: &Value, name: &str) -> Key {
     key(object["metadata"]["namespace"].as_str(), name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn workload(owner: &str) -> Value {
+        json!({ "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "w", "namespace": "t", "uid": "w-1",
+                "labels": { labels::OWNER_UID: owner } } })
+    }
+
+    #[test]
+    fn what_an_unparseable_replica_owns_is_no_orphan() {
+        let mut index = Index::default();
+        for kind in Kind::ALL {
+            index.reset(kind, &[]);
+        }
+        // Version skew: a replica this build cannot read.
+        let unreadable = json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+            "metadata": { "name": "r", "namespace": "t", "uid": "r-1" }, "spec": "from the future" });
+        index.reset(Kind::Replica, &[unreadable]);
+        let cluster = Target::Cluster("edge".into());
+        index.apply_owned(&cluster, workload("r-1"));
+        assert!(index.orphans(&cluster).is_empty());
+        index.apply_owned(&cluster, {
+            let mut w = workload("gone");
+            w["metadata"]["name"] = json!("x");
+            w
+        });
+        assert_eq!(
+            index.orphans(&cluster).len(),
+            1,
+            "an unknown owner's object is one"
+        );
+    }
+
+    #[test]
+    fn a_relist_keeps_what_it_still_lists_and_forgets_the_rest() {
+        let mut index = Index::default();
+        let replica = |name: &str| {
+            json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+                "metadata": { "name": name, "namespace": "t", "uid": format!("{name}-uid") },
+                "spec": { "clusterName": "edge", "engines": [] } })
+        };
+        index.reset(Kind::Replica, &[replica("a"), replica("b")]);
+        assert!(index.subject_of("b-uid").is_some());
+        index.reset(Kind::Replica, &[replica("a")]);
+        assert!(index.subject_of("a-uid").is_some());
+        assert!(index.subject_of("b-uid").is_none());
+    }
 }

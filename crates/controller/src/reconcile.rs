@@ -96,6 +96,9 @@ struct Plan {
     /// May prune now (lists read).
     prunable: BTreeSet<(Target, ObjectRef)>,
     ready: bool,
+    /// Every composed object's target is connected and its kind listed
+    /// there: readiness read from the index means something.
+    seen: bool,
 }
 
 /// `true` when every field of `desired` has the same value in `observed`.
@@ -176,7 +179,17 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         .filter(|(t, r)| index.owned_synced(t, &r.api_version, &r.kind))
         .cloned()
         .collect();
+    let seen = composition
+        .desired
+        .iter()
+        .filter(|d| !is_shared(&d.object))
+        .all(|d| {
+            let r = ObjectRef::of(&d.object);
+            shared.connection(&d.target).is_some()
+                && index.owned_synced(&d.target, &r.api_version, &r.kind)
+        });
     Some(Plan {
+        seen,
         ready: index.world.all_ready(&composition),
         composition,
         owner,
@@ -277,14 +290,22 @@ async fn prune(shared: &Arc<Shared>, plan: &Plan, failures: &mut Vec<String>) {
 
 async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) {
     let error = (!failures.is_empty()).then(|| failures.join("; "));
-    let status = crate::status::publish(
-        &plan.composition,
-        plan.ready,
-        error.as_deref(),
-        &plan.observed_status,
-        &now(),
-        plan.generation,
-    );
+    let status = match (&error, plan.seen) {
+        (_, true) => crate::status::publish(
+            &plan.composition,
+            plan.ready,
+            error.as_deref(),
+            &plan.observed_status,
+            &now(),
+            plan.generation,
+        ),
+        // Not everything composed can be seen yet: the last published
+        // readiness stands.
+        (None, false) => return,
+        (Some(error), false) => {
+            crate::status::with_synced_error(&plan.observed_status, error, &now())
+        }
+    };
     if status == plan.observed_status {
         return;
     }
@@ -305,7 +326,7 @@ async fn collect_orphans(shared: &Arc<Shared>, target: &Target) -> bool {
         Ok(index) if index.synced() => index
             .orphans(target)
             .into_iter()
-            .filter(|r| index.owned_synced(target, &r.api_version, &r.kind))
+            .filter(|(r, _)| index.owned_synced(target, &r.api_version, &r.kind))
             .collect::<Vec<_>>(),
         _ => return false,
     };
@@ -313,11 +334,25 @@ async fn collect_orphans(shared: &Arc<Shared>, target: &Target) -> bool {
         return false;
     };
     let mut failed = false;
-    for reference in orphans {
-        match connection.delete(&reference).await {
-            Ok(()) => {
+    for (reference, observed) in orphans {
+        // Looked at again just before: an owner may have appeared.
+        let still = shared.index.read().is_ok_and(|index| {
+            index
+                .orphans(target)
+                .iter()
+                .any(|(r, o)| *r == reference && Arc::ptr_eq(o, &observed))
+        });
+        if !still {
+            continue;
+        }
+        match connection
+            .delete_unchanged(&reference, Some(&observed))
+            .await
+        {
+            Ok(true) => {
                 tracing::info!(object = %reference, target = %connection.name, "deleted: its owner is gone")
             }
+            Ok(false) => tracing::debug!(object = %reference, "changed since observed; kept"),
             Err(TargetError::NotServed { .. }) => {}
             Err(e) => {
                 tracing::warn!(error = %e, "orphan not deleted");

@@ -58,6 +58,35 @@ pub fn publish(
     Value::Object(status)
 }
 
+/// `observed` with only its `Synced` condition set to the failure
+/// `message`: what is published while the composed objects cannot all be
+/// seen (a cluster not connected or not listed yet), so a cold cache never
+/// turns a serving object not Ready.
+pub fn with_synced_error(observed: &Value, message: &str, now: &str) -> Value {
+    let mut status = match observed {
+        Value::Object(fields) => fields.clone(),
+        _ => Map::new(),
+    };
+    let mut conditions: Vec<Value> = status
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c["type"] != "Synced");
+    let kept = observed["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Synced" && c["status"] == "False")
+        .and_then(|c| c.get("lastTransitionTime").cloned());
+    conditions.push(json!({
+        "type": "Synced", "status": "False", "reason": "ReconcileError", "message": message,
+        "lastTransitionTime": kept.unwrap_or_else(|| json!(now)),
+    }));
+    status.insert("conditions".into(), Value::Array(conditions));
+    Value::Object(status)
+}
+
 /// The condition types whose status changed from `before` to `after`, with
 /// their new reason and message: what an Event tells.
 pub fn transitions(before: &Value, after: &Value) -> Vec<(String, String, String, String)> {
@@ -124,6 +153,22 @@ mod tests {
         let changed = transitions(&again, &ready);
         let types: Vec<&str> = changed.iter().map(|c| c.0.as_str()).collect();
         assert_eq!(types, ["ModelReady", "Ready"]);
+    }
+
+    #[test]
+    fn an_unseen_world_changes_only_synced() {
+        let ready = publish(&composition(true), true, None, &Value::Null, "t1", None);
+        let unseen = with_synced_error(&ready, "cluster edge is not connected yet", "t2");
+        let status = |s: &Value, t: &str| {
+            s["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == t))
+                .map(|c| c["status"].clone())
+        };
+        assert_eq!(status(&unseen, "Ready"), Some(json!("True")));
+        assert_eq!(status(&unseen, "ModelReady"), Some(json!("True")));
+        assert_eq!(status(&unseen, "Synced"), Some(json!("False")));
+        assert_eq!(unseen["replicas"], 1);
     }
 
     #[test]

@@ -182,10 +182,31 @@ impl Connection {
     /// Deletes the object (already gone is fine), in the background: its
     /// dependents go after it, as `kubectl delete` does.
     pub async fn delete(&self, object: &ObjectRef) -> Result<(), TargetError> {
+        self.delete_unchanged(object, None).await.map(|_| ())
+    }
+
+    /// Deletes the object only if it is still the one observed — the same
+    /// uid and resourceVersion — so an object taken over meanwhile (a
+    /// re-created owner applied it again) is kept. Returns whether it was
+    /// deleted (or already gone).
+    pub async fn delete_unchanged(
+        &self,
+        object: &ObjectRef,
+        observed: Option<&Value>,
+    ) -> Result<bool, TargetError> {
         let api = self.api(object).await?;
-        match api.delete(&object.name, &DeleteParams::background()).await {
-            Ok(_) => Ok(()),
-            Err(KubeError::Api(s)) if s.code == 404 => Ok(()),
+        let mut params = DeleteParams::background();
+        if let Some(observed) = observed {
+            let text = |k: &str| observed["metadata"][k].as_str().map(str::to_string);
+            params.preconditions = Some(kube::api::Preconditions {
+                uid: text("uid"),
+                resource_version: text("resourceVersion"),
+            });
+        }
+        match api.delete(&object.name, &params).await {
+            Ok(_) => Ok(true),
+            Err(KubeError::Api(s)) if s.code == 404 => Ok(true),
+            Err(KubeError::Api(s)) if s.code == 409 && observed.is_some() => Ok(false),
             Err(e) => Err(self.failed("deleting", object, e)),
         }
     }

@@ -77,15 +77,6 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 continue;
             }
         };
-        if let Watched::Owned(target, ..) = &watched
-            && !shared
-                .connection(target)
-                .is_some_and(|current| Arc::ptr_eq(&current, &connection))
-        {
-            // The connection was replaced (its kubeconfig changed): the new
-            // one runs its own watches.
-            return;
-        }
         let clusters = match (&event, &watched) {
             (
                 watcher::Event::Apply(o) | watcher::Event::Delete(o),
@@ -108,6 +99,17 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             let Ok(mut index) = shared.index.write() else {
                 return;
             };
+            // Checked under the index's lock, which a reconnect holds while
+            // it swaps connections: a replaced connection's watch (its
+            // kubeconfig changed) writes nothing more; the new one runs its
+            // own watches.
+            if let Watched::Owned(target, ..) = &watched
+                && !shared
+                    .connection(target)
+                    .is_some_and(|current| Arc::ptr_eq(&current, &connection))
+            {
+                return;
+            }
             if owner_deleted {
                 for target in index.world.applied.keys() {
                     shared.queue.add(crate::Work::Orphans(target.clone()));
