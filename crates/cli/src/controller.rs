@@ -30,6 +30,9 @@ pub struct ControllerArgs {
     /// Seconds between full resyncs (a world that did not change costs no write).
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     resync: u64,
+    /// Where clients reach the built-in fleet gateway (published as the InferenceGateway's address).
+    #[arg(long, value_name = "HOST:PORT")]
+    gateway_address: Option<String>,
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -51,6 +54,7 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
         let config = modelplane_controller::Config {
             workers: args.workers.max(1),
             resync: Duration::from_secs(args.resync.max(1)),
+            gateway_address: args.gateway_address.clone(),
         };
         let control = modelplane_controller::target::Connection::new("control plane", client);
         modelplane_controller::run(config, control, crate::logging::terminated()).await;

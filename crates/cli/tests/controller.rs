@@ -45,18 +45,114 @@ fn fleet(server: &Server) {
         None,
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: modelplane-system\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-team\n---\napiVersion: tenancy.modelplane.ai/v1alpha1\nkind: LogicalCluster\nmetadata:\n  name: edge\n",
     );
-    // What the stack's charts install on the workload cluster (the
-    // simulated fleet does this in embedded mode).
-    for (group, kind, plural) in [
+    // Crossplane's kinds on the control plane, and what the stack's charts
+    // install on the workload cluster (the simulated fleet does both in
+    // embedded mode).
+    let control_kinds = [
+        (
+            "kubernetes.m.crossplane.io",
+            "v1alpha1",
+            "ClusterProviderConfig",
+            "clusterproviderconfigs",
+            false,
+        ),
+        (
+            "kubernetes.m.crossplane.io",
+            "v1alpha1",
+            "ProviderConfig",
+            "providerconfigs",
+            true,
+        ),
+        (
+            "helm.m.crossplane.io",
+            "v1beta1",
+            "ProviderConfig",
+            "providerconfigs",
+            true,
+        ),
+        (
+            "helm.m.crossplane.io",
+            "v1beta1",
+            "Release",
+            "releases",
+            true,
+        ),
+        (
+            "protection.crossplane.io",
+            "v1beta1",
+            "Usage",
+            "usages",
+            true,
+        ),
+        (
+            "protection.crossplane.io",
+            "v1beta1",
+            "ClusterUsage",
+            "clusterusages",
+            false,
+        ),
+        (
+            "gateway.networking.k8s.io",
+            "v1",
+            "HTTPRoute",
+            "httproutes",
+            true,
+        ),
+    ];
+    for (group, version, kind, plural, namespaced) in control_kinds {
+        server.apply(None, &crd(group, version, kind, plural, namespaced));
+    }
+    let cluster_kinds = [
         (
             "inference.networking.k8s.io",
+            "v1",
             "InferencePool",
             "inferencepools",
+            true,
         ),
-        ("gateway.networking.k8s.io", "HTTPRoute", "httproutes"),
-    ] {
-        server.apply(Some("edge"), &crd(group, kind, plural));
+        (
+            "gateway.networking.k8s.io",
+            "v1",
+            "HTTPRoute",
+            "httproutes",
+            true,
+        ),
+        (
+            "gateway.networking.k8s.io",
+            "v1",
+            "Gateway",
+            "gateways",
+            true,
+        ),
+        (
+            "gateway.networking.k8s.io",
+            "v1",
+            "GatewayClass",
+            "gatewayclasses",
+            false,
+        ),
+        (
+            "gateway.envoyproxy.io",
+            "v1alpha1",
+            "EnvoyProxy",
+            "envoyproxies",
+            true,
+        ),
+        (
+            "llm-d.ai",
+            "v1alpha1",
+            "EndpointPickerConfig",
+            "endpointpickerconfigs",
+            true,
+        ),
+    ];
+    for (group, version, kind, plural, namespaced) in cluster_kinds {
+        server.apply(Some("edge"), &crd(group, version, kind, plural, namespaced));
     }
+    server.apply(
+        Some("edge"),
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: modelplane-system\n",
+    );
     let kubeconfig = server.logical_kubeconfig("edge");
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -97,39 +193,108 @@ spec:
     nodeCount: 2
 "#,
     );
-    // What the cluster's own reconciler publishes once its stack runs: the
-    // scheduler's view of it (pools, Ready, the gateway's address).
-    let status = serde_json::json!({ "status": {
-        "conditions": [{ "type": "Ready", "status": "True", "reason": "Available" }],
-        "gateway": { "address": "10.0.0.7" },
-        "gpuPools": [{ "name": "l4", "nodes": 2, "devices": [{
-            "name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com",
-            "count": 1, "claim": "DRA", "capacity": { "memory": { "value": "23034Mi" } } }] }],
-    }});
-    server.kubectl(&[
-        "patch",
-        "inferencecluster",
-        "edge",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &status.to_string(),
-    ]);
 }
 
-/// A CRD serving `kind` in `group` at `v1`, any content.
-fn crd(group: &str, kind: &str, plural: &str) -> String {
+/// A CRD serving `kind` in `group` at `version`, any content.
+fn crd(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> String {
     serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": { "name": format!("{plural}.{group}") },
-        "spec": { "group": group, "scope": "Namespaced",
+        "spec": { "group": group, "scope": if namespaced { "Namespaced" } else { "Cluster" },
             "names": { "plural": plural, "singular": kind.to_lowercase(), "kind": kind },
-            "versions": [{ "name": "v1", "served": true, "storage": true,
+            "versions": [{ "name": version, "served": true, "storage": true,
                 "subresources": { "status": {} },
                 "schema": { "openAPIV3Schema": { "type": "object",
                     "x-kubernetes-preserve-unknown-fields": true } } }] }
     })
     .to_string()
+}
+
+/// Stands in for Crossplane's providers and the workload cluster's
+/// controllers, as the simulated fleet will: Helm releases become Ready,
+/// the cluster's GatewayClass is Accepted and its Gateway gets an address.
+fn platform(server: &Server, stop: &std::sync::atomic::AtomicBool) {
+    let ready = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Available"},{"type":"Synced","status":"True","reason":"ReconcileSuccess"}]}}"#;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for release in names(
+            server,
+            None,
+            &[
+                "get",
+                "releases.helm.m.crossplane.io",
+                "-n",
+                "modelplane-system",
+            ],
+        ) {
+            // Helm creates the release's namespace on the cluster.
+            if let Some(namespace) =
+                get_json(server, None, &["get", &release, "-n", "modelplane-system"]).and_then(
+                    |r| {
+                        r["spec"]["forProvider"]["namespace"]
+                            .as_str()
+                            .map(str::to_string)
+                    },
+                )
+            {
+                server.kubectl_in(
+                    Some("edge"),
+                    &["apply", "--server-side", "-f", "-"],
+                    Some(&format!(
+                        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
+                    )),
+                );
+            }
+            server.kubectl_in(
+                None,
+                &[
+                    "patch",
+                    &release,
+                    "-n",
+                    "modelplane-system",
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    ready,
+                ],
+                None,
+            );
+        }
+        for class in names(server, Some("edge"), &["get", "gatewayclasses"]) {
+            server.kubectl_in(
+                Some("edge"),
+                &[
+                    "patch",
+                    &class,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    r#"{"status":{"conditions":[{"type":"Accepted","status":"True"}]}}"#,
+                ],
+                None,
+            );
+        }
+        for gateway in names(
+            server,
+            Some("edge"),
+            &["get", "gateways", "-n", "modelplane-system"],
+        ) {
+            server.kubectl_in(
+                Some("edge"),
+                &[
+                    "patch",
+                    &gateway,
+                    "-n",
+                    "modelplane-system",
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    r#"{"status":{"addresses":[{"type":"IPAddress","value":"10.0.0.7"}]}}"#,
+                ],
+                None,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 fn controller(server: &Server) -> Process {
@@ -184,26 +349,46 @@ fn names(server: &Server, cluster: Option<&str>, args: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn a_deployment_becomes_replicas_then_workloads_on_its_cluster_then_ready_endpoints() {
+fn an_existing_cluster_gets_its_stack_then_a_deployment_becomes_ready_endpoints_on_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("data"));
     fleet(&server);
     server.apply(None, &DEPLOYMENT.replace("REPLICAS", "2"));
     let _controller = controller(&server);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| platform(&server, &stop));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| steps(&server)));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+fn steps(server: &Server) {
+    // The cluster's stack is installed (as the platform stands in), its
+    // Gateway answers: the InferenceCluster is Ready with that address.
+    wait_for("the InferenceCluster Ready with its gateway", WAIT, || {
+        let cluster = get_json(server, None, &["get", "inferencecluster", "edge"])?;
+        (condition(&cluster, "Ready").as_deref() == Some("True")
+            && cluster["status"]["gateway"]["address"] == "10.0.0.7")
+            .then_some(())
+    });
 
     // Two ModelReplicas on the control plane, owned by the deployment.
     let replicas = wait_for("two ModelReplicas", WAIT, || {
-        let found = names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]);
+        let found = names(server, None, &["get", "modelreplicas", "-n", "ml-team"]);
         (found.len() == 2).then_some(found)
     });
     let deployment =
-        get_json(&server, None, &["get", "md", "qwen3-8b", "-n", "ml-team"]).expect("md");
+        get_json(server, None, &["get", "md", "qwen3-8b", "-n", "ml-team"]).expect("md");
     let uid = deployment["metadata"]["uid"]
         .as_str()
         .expect("uid")
         .to_string();
     for replica in &replicas {
-        let replica = get_json(&server, None, &["get", replica, "-n", "ml-team"]).expect("replica");
+        let replica = get_json(server, None, &["get", replica, "-n", "ml-team"]).expect("replica");
         assert_eq!(
             replica["metadata"]["labels"]["modelplane.ai/owner-uid"],
             uid.as_str()
@@ -218,7 +403,7 @@ fn a_deployment_becomes_replicas_then_workloads_on_its_cluster_then_ready_endpoi
         WAIT,
         || {
             let found = names(
-                &server,
+                server,
                 Some("edge"),
                 &["get", "deployments", "-n", "ml-team"],
             );
@@ -227,7 +412,7 @@ fn a_deployment_becomes_replicas_then_workloads_on_its_cluster_then_ready_endpoi
     );
     for workload in &workloads {
         let object = get_json(
-            &server,
+            server,
             Some("edge"),
             &["get", workload, "-n", "ml-team", "--show-managed-fields"],
         )
@@ -246,7 +431,7 @@ fn a_deployment_becomes_replicas_then_workloads_on_its_cluster_then_ready_endpoi
         );
     }
     // Nothing of the workloads lands on the control plane.
-    assert!(names(&server, None, &["get", "deployments", "-n", "ml-team"]).is_empty());
+    assert!(names(server, None, &["get", "deployments", "-n", "ml-team"]).is_empty());
 
     // The workloads become Available, as the readiness rule says: the
     // replicas turn Ready, and the deployment gets an endpoint per replica.
@@ -270,7 +455,7 @@ fn a_deployment_becomes_replicas_then_workloads_on_its_cluster_then_ready_endpoi
         replicas
             .iter()
             .all(|r| {
-                get_json(&server, None, &["get", r, "-n", "ml-team"])
+                get_json(server, None, &["get", r, "-n", "ml-team"])
                     .and_then(|o| condition(&o, "Ready"))
                     .as_deref()
                     == Some("True")
@@ -278,11 +463,11 @@ fn a_deployment_becomes_replicas_then_workloads_on_its_cluster_then_ready_endpoi
             .then_some(())
     });
     let endpoints = wait_for("two ModelEndpoints", WAIT, || {
-        let found = names(&server, None, &["get", "modelendpoints", "-n", "ml-team"]);
+        let found = names(server, None, &["get", "modelendpoints", "-n", "ml-team"]);
         (found.len() == 2).then_some(found)
     });
     let endpoint =
-        get_json(&server, None, &["get", &endpoints[0], "-n", "ml-team"]).expect("endpoint");
+        get_json(server, None, &["get", &endpoints[0], "-n", "ml-team"]).expect("endpoint");
     assert!(
         endpoint["spec"]["url"]
             .as_str()
@@ -293,17 +478,17 @@ fn a_deployment_becomes_replicas_then_workloads_on_its_cluster_then_ready_endpoi
     // Scale 2 → 1: exactly one replica's objects go, everywhere.
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=1"]);
     wait_for("one ModelReplica left", WAIT, || {
-        (names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]).len() == 1).then_some(())
+        (names(server, None, &["get", "modelreplicas", "-n", "ml-team"]).len() == 1).then_some(())
     });
     wait_for("one replica's workloads left on the cluster", WAIT, || {
         let left = names(
-            &server,
+            server,
             Some("edge"),
             &["get", "deployments", "-n", "ml-team"],
         );
         (left.len() == workloads.len() / 2).then_some(())
     });
     wait_for("one ModelEndpoint left", WAIT, || {
-        (names(&server, None, &["get", "modelendpoints", "-n", "ml-team"]).len() == 1).then_some(())
+        (names(server, None, &["get", "modelendpoints", "-n", "ml-team"]).len() == 1).then_some(())
     });
 }

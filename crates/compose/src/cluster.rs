@@ -54,7 +54,7 @@ fn control_plane(object: Value, ready_when: ReadinessRule) -> Desired {
     }
 }
 
-fn cloud_kind(source: Source) -> Option<&'static str> {
+pub(crate) fn cloud_kind(source: Source) -> Option<&'static str> {
     match source {
         Source::Gke => Some("GKECluster"),
         Source::Eks => Some("EKSCluster"),

@@ -13,15 +13,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use modelplane_api::labels;
+use modelplane_api::names;
 use modelplane_api::types::{
-    InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
+    CloudClusterStatus, InferenceClass, InferenceCluster, InferenceGateway, ModelCache,
+    ModelDeployment, ModelEndpoint, ModelReplica, ModelService, ServingStack, Source,
 };
 use modelplane_scheduler::{Cluster, DeviceInterner, ExistingReplica};
 use serde_json::Value;
 
 use crate::{
-    CacheLookup, Composition, DeploymentInputs, Desired, ReadinessRule, ReplicaInputs, Target,
-    compose_model_deployment, compose_model_replica,
+    CacheLookup, ClusterInputs, Composition, DeploymentInputs, Desired, EndpointInputs,
+    GatewayInputs, ReadinessRule, ReplicaInputs, ServiceInputs, StackInputs, Target,
+    compose_inference_class, compose_inference_cluster, compose_inference_gateway,
+    compose_model_deployment, compose_model_endpoint, compose_model_replica, compose_model_service,
+    compose_serving_stack,
 };
 
 /// `namespace/name` of a namespaced object, `name` of a cluster-scoped one.
@@ -87,10 +92,53 @@ impl std::fmt::Display for ObjectRef {
 /// What one composition is for.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Subject {
+    /// An InferenceClass, by name.
+    Class(Key),
+    /// An InferenceCluster, by name.
+    Cluster(Key),
+    /// A ServingStack (composed by its InferenceCluster), by key.
+    Stack(Key),
+    /// The InferenceGateway, by name.
+    Gateway(Key),
     /// A ModelDeployment, by key.
     Deployment(Key),
     /// A ModelReplica, by key.
     Replica(Key),
+    /// A ModelEndpoint, by key.
+    Endpoint(Key),
+    /// A ModelService, by key.
+    Service(Key),
+}
+
+impl Subject {
+    /// `(apiVersion, kind)` of the object it is.
+    pub fn type_meta(&self) -> (&'static str, &'static str) {
+        let kind = match self {
+            Subject::Class(_) => "InferenceClass",
+            Subject::Cluster(_) => "InferenceCluster",
+            Subject::Stack(_) => return ("infrastructure.modelplane.ai/v1alpha1", "ServingStack"),
+            Subject::Gateway(_) => "InferenceGateway",
+            Subject::Deployment(_) => "ModelDeployment",
+            Subject::Replica(_) => "ModelReplica",
+            Subject::Endpoint(_) => "ModelEndpoint",
+            Subject::Service(_) => "ModelService",
+        };
+        ("modelplane.ai/v1alpha1", kind)
+    }
+
+    /// The key of the object it is.
+    pub fn key(&self) -> &Key {
+        match self {
+            Subject::Class(k)
+            | Subject::Cluster(k)
+            | Subject::Stack(k)
+            | Subject::Gateway(k)
+            | Subject::Deployment(k)
+            | Subject::Replica(k)
+            | Subject::Endpoint(k)
+            | Subject::Service(k) => k,
+        }
+    }
 }
 
 /// The observed fleet.
@@ -106,6 +154,14 @@ pub struct World {
     pub replicas: BTreeMap<Key, Arc<ModelReplica>>,
     /// ModelCaches.
     pub caches: BTreeMap<Key, Arc<ModelCache>>,
+    /// ModelEndpoints.
+    pub endpoints: BTreeMap<Key, Arc<ModelEndpoint>>,
+    /// ModelServices.
+    pub services: BTreeMap<Key, Arc<ModelService>>,
+    /// InferenceGateways (one, `default`).
+    pub gateways: BTreeMap<Key, Arc<InferenceGateway>>,
+    /// Where the built-in fleet gateway is reached, if it runs.
+    pub builtin_gateway: Option<String>,
     /// Whether the control plane's lists have all been read once: until
     /// then a missing object may only be unread, so nothing is decided on
     /// its absence.
@@ -188,9 +244,247 @@ impl World {
     /// The composition for `subject`, or `None` when the object is gone.
     pub fn compose(&self, subject: &Subject) -> Option<Composition> {
         match subject {
+            Subject::Class(key) => self.classes.get(key).map(|_| compose_inference_class()),
+            Subject::Cluster(key) => self.compose_cluster(key),
+            Subject::Stack(key) => self.compose_stack(key),
+            Subject::Gateway(key) => self.compose_gateway(key),
             Subject::Deployment(key) => self.compose_deployment(key),
             Subject::Replica(key) => self.compose_replica(key),
+            Subject::Endpoint(key) => self.compose_endpoint(key),
+            Subject::Service(key) => self.compose_service(key),
         }
+    }
+
+    /// The object Modelplane applied on `target` with this kind and key.
+    pub fn applied_object(&self, target: &Target, kind: &str, key: &str) -> Option<&Arc<Value>> {
+        let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+        self.applied.get(target)?.iter().find_map(|(r, o)| {
+            (r.kind == kind && r.namespace == namespace && r.name == name).then_some(o)
+        })
+    }
+
+    /// The ServingStack of cluster `name`, as observed.
+    pub fn serving_stack(&self, cluster: &str) -> Option<ServingStack> {
+        let key = self::key(
+            Some(labels::SYSTEM_NAMESPACE),
+            &names::serving_stack_name(cluster),
+        );
+        let observed = self.applied_object(&Target::ControlPlane, "ServingStack", &key)?;
+        serde_json::from_value((**observed).clone()).ok()
+    }
+
+    /// The status of cluster `name`'s cloud cluster, as observed.
+    pub fn cloud_cluster(&self, cluster: &InferenceCluster) -> Option<CloudClusterStatus> {
+        let name = cluster.metadata.name.as_deref().unwrap_or_default();
+        let kind = crate::cluster::cloud_kind(cluster.spec.cluster.source)?;
+        let key = self::key(Some(labels::SYSTEM_NAMESPACE), name);
+        let observed = self.applied_object(&Target::ControlPlane, kind, &key)?;
+        serde_json::from_value(observed["status"].clone()).ok()
+    }
+
+    /// Where cluster `name`'s kubeconfig is: `(namespace, Secret, key)` —
+    /// an Existing cluster's from its spec, a provisioned one's as its
+    /// cloud cluster published it.
+    pub fn kubeconfig_secret(&self, name: &str) -> Result<(String, String, String), String> {
+        let cluster = self
+            .clusters
+            .get(name)
+            .ok_or_else(|| format!("InferenceCluster {name} does not exist"))?;
+        if cluster.spec.cluster.source == Source::Existing {
+            let existing = cluster
+                .spec
+                .cluster
+                .existing
+                .as_ref()
+                .ok_or("spec.cluster.existing is not set")?;
+            return Ok((
+                labels::SYSTEM_NAMESPACE.to_string(),
+                existing.secret_ref.name.clone(),
+                existing.secret_ref.key().to_string(),
+            ));
+        }
+        let published = self
+            .cloud_cluster(cluster)
+            .and_then(|s| s.secrets)
+            .into_iter()
+            .flatten()
+            .chain(
+                self.serving_stack(name)
+                    .map(|ss| ss.spec.secrets)
+                    .into_iter()
+                    .flatten(),
+            )
+            .find(|s| s.type_ == "Kubeconfig")
+            .ok_or("its cloud cluster has not published a kubeconfig yet")?;
+        Ok((
+            published
+                .namespace
+                .clone()
+                .unwrap_or_else(|| labels::SYSTEM_NAMESPACE.to_string()),
+            published.name,
+            published.key,
+        ))
+    }
+
+    fn compose_cluster(&self, key: &str) -> Option<Composition> {
+        let cluster = self.clusters.get(key)?;
+        let classes: Vec<InferenceClass> = self.classes.values().map(|c| (**c).clone()).collect();
+        let hosted_replicas = self
+            .replicas
+            .values()
+            .filter(|r| r.spec.cluster_name == key)
+            .count();
+        let cloud_cluster = self.cloud_cluster(cluster);
+        let serving_stack = self.serving_stack(key);
+        Some(compose_inference_cluster(ClusterInputs {
+            cluster,
+            classes: &classes,
+            hosted_replicas,
+            cloud_cluster: cloud_cluster.as_ref(),
+            serving_stack: serving_stack.as_ref(),
+        }))
+    }
+
+    fn compose_stack(&self, key: &str) -> Option<Composition> {
+        let observed = self.applied_object(&Target::ControlPlane, "ServingStack", key)?;
+        let serving_stack: ServingStack = serde_json::from_value((**observed).clone()).ok()?;
+        let recipe_name = serving_stack
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::RECIPE))?;
+        let recipe = crate::recipes::all()
+            .iter()
+            .find(|r| &r.name == recipe_name)?;
+        let cluster = serving_stack
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(labels::CLUSTER))
+            .cloned()
+            .unwrap_or_default();
+        let gateway = self
+            .applied_object(
+                &Target::Cluster(cluster),
+                "Gateway",
+                &self::key(Some(labels::SYSTEM_NAMESPACE), labels::CLUSTER_GATEWAY_NAME),
+            )
+            .and_then(|g| {
+                g["status"]["addresses"][0]["value"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        let inputs = |provider_configs_observed| StackInputs {
+            serving_stack: &serving_stack,
+            recipe,
+            provider_configs_observed,
+            gateway_address: gateway.as_deref(),
+        };
+        // The provider configs are what a stack composes before anything
+        // else; the rest waits until they are observed.
+        let first = compose_serving_stack(inputs(false));
+        let observed =
+            !first.desired.is_empty() && first.desired.iter().all(|d| self.observed(d).is_some());
+        Some(if observed {
+            compose_serving_stack(inputs(true))
+        } else {
+            first
+        })
+    }
+
+    fn compose_gateway(&self, key: &str) -> Option<Composition> {
+        let gateway = self.gateways.get(key)?;
+        let cp = Target::ControlPlane;
+        let release_ready = |name: &str| {
+            self.applied_object(
+                &cp,
+                "Release",
+                &self::key(Some(labels::SYSTEM_NAMESPACE), name),
+            )
+            .is_some_and(|r| condition_true(r, "Ready"))
+        };
+        let address = self
+            .applied_object(
+                &cp,
+                "Gateway",
+                &self::key(Some(labels::SYSTEM_NAMESPACE), "modelplane"),
+            )
+            .and_then(|g| {
+                g["status"]["addresses"][0]["value"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+        Some(compose_inference_gateway(GatewayInputs {
+            gateway,
+            builtin_address: self.builtin_gateway.as_deref(),
+            traefik_ready: release_ready("traefik"),
+            metallb_ready: release_ready("metallb"),
+            gateway_address: address.as_deref(),
+        }))
+    }
+
+    fn compose_endpoint(&self, key: &str) -> Option<Composition> {
+        let endpoint = self.endpoints.get(key)?;
+        let first = compose_model_endpoint(EndpointInputs {
+            endpoint,
+            backend_observed: false,
+        });
+        let observed =
+            !first.desired.is_empty() && first.desired.iter().all(|d| self.observed(d).is_some());
+        Some(if observed {
+            compose_model_endpoint(EndpointInputs {
+                endpoint,
+                backend_observed: true,
+            })
+        } else {
+            first
+        })
+    }
+
+    fn compose_service(&self, key: &str) -> Option<Composition> {
+        let service = self.services.get(key)?;
+        let endpoints: Vec<ModelEndpoint> =
+            self.endpoints.values().map(|e| (**e).clone()).collect();
+        let gateway = self.gateways.get(labels::GATEWAY_NAME);
+        let gateway_address = gateway
+            .and_then(|g| g.status.as_ref())
+            .and_then(|s| s.address.clone());
+        let builtin = gateway
+            .is_some_and(|g| g.spec.backend() == modelplane_api::types::GatewayBackend::Modelplane);
+        let first = compose_model_service(ServiceInputs {
+            service,
+            endpoints: &endpoints,
+            gateway_address: gateway_address.as_deref(),
+            route_accepted: false,
+        });
+        // The built-in gateway serves ModelServices directly: an observed
+        // route is accepted; another gateway says so in the route's status.
+        let accepted = first.desired.iter().any(|d| {
+            self.observed(d).is_some_and(|route| {
+                builtin
+                    || route["status"]["parents"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|p| {
+                            p["conditions"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .any(|c| c["type"] == "Accepted" && c["status"] == "True")
+                        })
+            })
+        });
+        Some(if accepted {
+            compose_model_service(ServiceInputs {
+                service,
+                endpoints: &endpoints,
+                gateway_address: gateway_address.as_deref(),
+                route_accepted: true,
+            })
+        } else {
+            first
+        })
     }
 
     /// The scheduler's view of every cluster.

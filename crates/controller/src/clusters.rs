@@ -8,8 +8,6 @@ use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use modelplane_api::labels::SYSTEM_NAMESPACE;
-use modelplane_api::types::{InferenceCluster, Source};
 use modelplane_compose::Target;
 use modelplane_compose::world::Subject;
 
@@ -89,31 +87,6 @@ impl Clusters {
     }
 }
 
-/// Where an InferenceCluster's kubeconfig is: `(namespace, name, key)`.
-fn kubeconfig_secret(cluster: &InferenceCluster) -> Result<(String, String, String), String> {
-    if cluster.spec.cluster.source == Source::Existing {
-        let existing = cluster
-            .spec
-            .cluster
-            .existing
-            .as_ref()
-            .ok_or("spec.cluster.existing is not set")?;
-        return Ok((
-            SYSTEM_NAMESPACE.to_string(),
-            existing.secret_ref.name.clone(),
-            existing.secret_ref.key().to_string(),
-        ));
-    }
-    // A provisioned cluster's kubeconfig is its cloud cluster's connection
-    // Secret, named as the cluster composition names it.
-    let name = cluster.metadata.name.as_deref().unwrap_or_default();
-    Ok((
-        SYSTEM_NAMESPACE.to_string(),
-        modelplane_api::names::child_name(&[name, "kubeconfig"]),
-        "kubeconfig".to_string(),
-    ))
-}
-
 /// Connects to cluster `name` (or reconnects, when its Secret changed).
 pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectError> {
     let cluster = shared
@@ -128,11 +101,20 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
         }
         return Ok(());
     };
-    let (namespace, secret_name, key) =
-        kubeconfig_secret(&cluster).map_err(|why| ConnectError::NoKubeconfig {
+    let located = shared
+        .index
+        .read()
+        .map_err(|_| ConnectError::NoKubeconfig {
             cluster: name.to_string(),
-            why,
-        })?;
+            why: "the index is poisoned".into(),
+        })?
+        .world
+        .kubeconfig_secret(name);
+    let (namespace, secret_name, key) = located.map_err(|why| ConnectError::NoKubeconfig {
+        cluster: name.to_string(),
+        why,
+    })?;
+    drop(cluster);
     let secret_path = format!("{namespace}/{secret_name}");
     let secrets: Api<Secret> = Api::namespaced(shared.control.client().clone(), &namespace);
     let secret = secrets

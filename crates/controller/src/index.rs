@@ -20,22 +20,31 @@ pub enum Kind {
     Cluster,
     /// InferenceClass.
     Class,
+    /// InferenceGateway.
+    Gateway,
     /// ModelDeployment.
     Deployment,
     /// ModelReplica.
     Replica,
     /// ModelCache.
     Cache,
+    /// ModelEndpoint.
+    Endpoint,
+    /// ModelService.
+    Service,
 }
 
 impl Kind {
     /// Every kind, in the order they are watched.
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Cluster,
         Kind::Class,
+        Kind::Gateway,
         Kind::Cache,
         Kind::Deployment,
         Kind::Replica,
+        Kind::Endpoint,
+        Kind::Service,
     ];
 
     /// `(apiVersion, kind)`.
@@ -43,11 +52,28 @@ impl Kind {
         let kind = match self {
             Kind::Cluster => "InferenceCluster",
             Kind::Class => "InferenceClass",
+            Kind::Gateway => "InferenceGateway",
             Kind::Deployment => "ModelDeployment",
             Kind::Replica => "ModelReplica",
             Kind::Cache => "ModelCache",
+            Kind::Endpoint => "ModelEndpoint",
+            Kind::Service => "ModelService",
         };
         ("modelplane.ai/v1alpha1", kind)
+    }
+
+    /// The subject an object of this kind is, if it is one.
+    fn subject(self, key: Key) -> Option<Subject> {
+        Some(match self {
+            Kind::Cluster => Subject::Cluster(key),
+            Kind::Class => Subject::Class(key),
+            Kind::Gateway => Subject::Gateway(key),
+            Kind::Deployment => Subject::Deployment(key),
+            Kind::Replica => Subject::Replica(key),
+            Kind::Endpoint => Subject::Endpoint(key),
+            Kind::Service => Subject::Service(key),
+            Kind::Cache => return None,
+        })
     }
 }
 
@@ -140,14 +166,41 @@ impl Index {
 
     /// Every subject observed.
     pub fn subjects(&self) -> Vec<Subject> {
-        let deployments = self
-            .world
-            .deployments
-            .keys()
-            .cloned()
-            .map(Subject::Deployment);
-        let replicas = self.world.replicas.keys().cloned().map(Subject::Replica);
-        deployments.chain(replicas).collect()
+        let mut subjects: Vec<Subject> = self.uids.keys().cloned().collect();
+        subjects.sort();
+        subjects
+    }
+
+    /// The object `subject` is, as observed.
+    pub fn subject_object(&self, subject: &Subject) -> Option<Value> {
+        let w = &self.world;
+        let value = |v: Option<serde_json::Result<Value>>| v.and_then(Result::ok);
+        match subject {
+            Subject::Class(k) => value(w.classes.get(k).map(|o| serde_json::to_value(o.as_ref()))),
+            Subject::Cluster(k) => {
+                value(w.clusters.get(k).map(|o| serde_json::to_value(o.as_ref())))
+            }
+            Subject::Gateway(k) => {
+                value(w.gateways.get(k).map(|o| serde_json::to_value(o.as_ref())))
+            }
+            Subject::Deployment(k) => value(
+                w.deployments
+                    .get(k)
+                    .map(|o| serde_json::to_value(o.as_ref())),
+            ),
+            Subject::Replica(k) => {
+                value(w.replicas.get(k).map(|o| serde_json::to_value(o.as_ref())))
+            }
+            Subject::Endpoint(k) => {
+                value(w.endpoints.get(k).map(|o| serde_json::to_value(o.as_ref())))
+            }
+            Subject::Service(k) => {
+                value(w.services.get(k).map(|o| serde_json::to_value(o.as_ref())))
+            }
+            Subject::Stack(k) => w
+                .applied_object(&Target::ControlPlane, "ServingStack", k)
+                .map(|o| (**o).clone()),
+        }
     }
 
     fn deployments(&self) -> Vec<Subject> {
@@ -162,59 +215,68 @@ impl Index {
     /// Records a control-plane object; returns what to reconcile.
     pub fn apply(&mut self, kind: Kind, object: &Value) -> Vec<Subject> {
         let key = object_key(object);
-        match kind {
+        // Its uid counts even if it does not parse: what it owns is no
+        // orphan.
+        if let Some(subject) = kind.subject(key.clone()) {
+            self.remember(object, &subject);
+        }
+        let stored = match kind {
             Kind::Cluster => {
-                let Some(cluster) = typed(object) else {
-                    return Vec::new();
-                };
-                self.world.clusters.insert(key.clone(), cluster);
-                self.after_cluster_change(&key)
+                typed(object).map(|o| drop(self.world.clusters.insert(key.clone(), o)))
             }
-            Kind::Class => {
-                let Some(class) = typed(object) else {
-                    return Vec::new();
-                };
-                self.world.classes.insert(key, class);
-                self.deployments()
+            Kind::Class => typed(object).map(|o| drop(self.world.classes.insert(key.clone(), o))),
+            Kind::Gateway => {
+                typed(object).map(|o| drop(self.world.gateways.insert(key.clone(), o)))
             }
-            Kind::Cache => {
-                let Some(cache) = typed(object) else {
-                    return Vec::new();
-                };
-                self.world.caches.insert(key, cache);
-                self.deployments()
-            }
+            Kind::Cache => typed(object).map(|o| drop(self.world.caches.insert(key.clone(), o))),
             Kind::Deployment => {
-                let subject = Subject::Deployment(key.clone());
-                // Its uid counts even if it does not parse: what it owns is
-                // not an orphan.
-                self.remember(object, &subject);
-                let Some(deployment) = typed(object) else {
-                    return Vec::new();
-                };
-                self.world.deployments.insert(key, deployment);
-                vec![subject]
+                typed(object).map(|o| drop(self.world.deployments.insert(key.clone(), o)))
             }
             Kind::Replica => {
-                self.remember(object, &Subject::Replica(key.clone()));
-                let Some(replica) = typed::<modelplane_api::types::ModelReplica>(object) else {
-                    return Vec::new();
-                };
-                let deployment = replica
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(labels::DEPLOYMENT))
-                    .map(|d| Subject::Deployment(key_in(object, d)));
-                self.world.replicas.insert(key.clone(), replica);
-                let subject = Subject::Replica(key);
-                [Some(subject)]
-                    .into_iter()
-                    .chain([deployment])
-                    .flatten()
-                    .collect()
+                typed(object).map(|o| drop(self.world.replicas.insert(key.clone(), o)))
             }
+            Kind::Endpoint => {
+                typed(object).map(|o| drop(self.world.endpoints.insert(key.clone(), o)))
+            }
+            Kind::Service => {
+                typed(object).map(|o| drop(self.world.services.insert(key.clone(), o)))
+            }
+        };
+        if stored.is_none() {
+            return Vec::new();
         }
+        self.concerned(kind, object, &key)
+    }
+
+    /// What a change of `object` (of `kind`, at `key`) concerns.
+    fn concerned(&self, kind: Kind, object: &Value, key: &str) -> Vec<Subject> {
+        let own = kind.subject(key.to_string());
+        let all = |f: fn(Key) -> Subject, keys: Vec<&Key>| -> Vec<Subject> {
+            keys.into_iter().cloned().map(f).collect()
+        };
+        let deployments = || all(Subject::Deployment, self.world.deployments.keys().collect());
+        let services = || all(Subject::Service, self.world.services.keys().collect());
+        let mut subjects: Vec<Subject> = own.into_iter().collect();
+        match kind {
+            Kind::Cluster => subjects.extend(self.after_cluster_change(key)),
+            Kind::Class => {
+                subjects.extend(deployments());
+                subjects.extend(all(Subject::Cluster, self.world.clusters.keys().collect()));
+            }
+            Kind::Cache => subjects.extend(deployments()),
+            Kind::Gateway | Kind::Endpoint => subjects.extend(services()),
+            Kind::Replica => {
+                let labels = &object["metadata"]["labels"];
+                if let Some(d) = labels[labels::DEPLOYMENT].as_str() {
+                    subjects.push(Subject::Deployment(key_in(object, d)));
+                }
+                if let Some(c) = object["spec"]["clusterName"].as_str() {
+                    subjects.push(Subject::Cluster(c.to_string()));
+                }
+            }
+            Kind::Deployment | Kind::Service => {}
+        }
+        subjects
     }
 
     fn remember(&mut self, object: &Value, subject: &Subject) {
@@ -247,35 +309,39 @@ impl Index {
     /// Forgets a deleted control-plane object; returns what to reconcile.
     pub fn delete(&mut self, kind: Kind, object: &Value) -> Vec<Subject> {
         let key = object_key(object);
+        self.remove(kind, &key);
+        let mut subjects = self.concerned(kind, object, &key);
+        // The object itself is gone: nothing to compose for it.
+        subjects.retain(|s| Some(s) != kind.subject(key.clone()).as_ref());
+        subjects
+    }
+
+    fn remove(&mut self, kind: Kind, key: &str) {
         match kind {
-            Kind::Cluster => {
-                self.world.clusters.remove(&key);
-                self.after_cluster_change(&key)
-            }
-            Kind::Class => {
-                self.world.classes.remove(&key);
-                self.deployments()
-            }
-            Kind::Cache => {
-                self.world.caches.remove(&key);
-                self.deployments()
-            }
-            Kind::Deployment => {
-                self.world.deployments.remove(&key);
-                self.forget(&Subject::Deployment(key));
-                Vec::new()
-            }
-            Kind::Replica => {
-                let deployment = self.world.replicas.remove(&key).and_then(|r| {
-                    r.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(labels::DEPLOYMENT))
-                        .map(|d| Subject::Deployment(key_in(object, d)))
-                });
-                self.forget(&Subject::Replica(key));
-                deployment.into_iter().collect()
-            }
+            Kind::Cluster => drop(self.world.clusters.remove(key)),
+            Kind::Class => drop(self.world.classes.remove(key)),
+            Kind::Gateway => drop(self.world.gateways.remove(key)),
+            Kind::Cache => drop(self.world.caches.remove(key)),
+            Kind::Deployment => drop(self.world.deployments.remove(key)),
+            Kind::Replica => drop(self.world.replicas.remove(key)),
+            Kind::Endpoint => drop(self.world.endpoints.remove(key)),
+            Kind::Service => drop(self.world.services.remove(key)),
+        }
+        if let Some(subject) = kind.subject(key.to_string()) {
+            self.forget(&subject);
+        }
+    }
+
+    fn keys(&self, kind: Kind) -> Vec<Key> {
+        match kind {
+            Kind::Cluster => self.world.clusters.keys().cloned().collect(),
+            Kind::Class => self.world.classes.keys().cloned().collect(),
+            Kind::Gateway => self.world.gateways.keys().cloned().collect(),
+            Kind::Cache => self.world.caches.keys().cloned().collect(),
+            Kind::Deployment => self.world.deployments.keys().cloned().collect(),
+            Kind::Replica => self.world.replicas.keys().cloned().collect(),
+            Kind::Endpoint => self.world.endpoints.keys().cloned().collect(),
+            Kind::Service => self.world.services.keys().cloned().collect(),
         }
     }
 
@@ -285,33 +351,9 @@ impl Index {
         // Only what the list no longer has goes: an object that is listed
         // but does not parse keeps what was known of it.
         let listed: BTreeSet<Key> = objects.iter().map(object_key).collect();
-        let gone = |keys: Vec<&Key>| -> Vec<Key> {
-            keys.into_iter()
-                .filter(|k| !listed.contains(*k))
-                .cloned()
-                .collect()
-        };
-        match kind {
-            Kind::Cluster => gone(self.world.clusters.keys().collect())
-                .iter()
-                .for_each(|k| drop(self.world.clusters.remove(k))),
-            Kind::Class => gone(self.world.classes.keys().collect())
-                .iter()
-                .for_each(|k| drop(self.world.classes.remove(k))),
-            Kind::Cache => gone(self.world.caches.keys().collect())
-                .iter()
-                .for_each(|k| drop(self.world.caches.remove(k))),
-            Kind::Deployment => {
-                for key in gone(self.world.deployments.keys().collect()) {
-                    self.world.deployments.remove(&key);
-                    self.forget(&Subject::Deployment(key));
-                }
-            }
-            Kind::Replica => {
-                for key in gone(self.world.replicas.keys().collect()) {
-                    self.world.replicas.remove(&key);
-                    self.forget(&Subject::Replica(key));
-                }
+        for key in self.keys(kind) {
+            if !listed.contains(&key) {
+                self.remove(kind, &key);
             }
         }
         for object in objects {
@@ -343,19 +385,36 @@ impl Index {
         {
             set.remove(&(target.clone(), reference.clone()));
         }
+        let mut subjects = Vec::new();
+        if let Some(stack) = stack_subject(target, &reference) {
+            if let Some(object) = self
+                .world
+                .applied
+                .get(target)
+                .and_then(|m| m.get(&reference))
+            {
+                let object = object.clone();
+                self.remember(&object, &stack);
+            }
+            subjects.push(stack);
+        }
         let Some(owner) = owner else {
-            return Vec::new();
+            return subjects;
         };
         self.owned
             .entry(owner.clone())
             .or_default()
             .insert((target.clone(), reference));
-        self.subjects.get(&owner).cloned().into_iter().collect()
+        subjects.extend(self.subjects.get(&owner).cloned());
+        subjects
     }
 
     /// Forgets an owned object that was deleted; returns its owner.
     pub fn delete_owned(&mut self, target: &Target, object: &Value) -> Vec<Subject> {
         let reference = ObjectRef::of(object);
+        if let Some(stack) = stack_subject(target, &reference) {
+            self.forget(&stack);
+        }
         let removed = self
             .world
             .applied
@@ -420,6 +479,14 @@ impl Index {
         }
         self.owned_listed.remove(target);
     }
+}
+
+/// The subject an object Modelplane applied is, if any: a ServingStack on
+/// the control plane (its InferenceCluster composes it; it composes the
+/// stack's releases and cluster objects).
+fn stack_subject(target: &Target, reference: &ObjectRef) -> Option<Subject> {
+    (*target == Target::ControlPlane && reference.kind == "ServingStack")
+        .then(|| Subject::Stack(key(Some(&reference.namespace), &reference.name)))
 }
 
 /// The key of `name` in the namespace of `object`.

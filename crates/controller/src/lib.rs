@@ -41,6 +41,9 @@ pub struct Config {
     pub workers: usize,
     /// How often everything is reconciled again even without a change.
     pub resync: Duration,
+    /// Where clients reach the built-in fleet gateway (the InferenceGateway's
+    /// address when its backend is Modelplane), if it runs.
+    pub gateway_address: Option<String>,
 }
 
 impl Default for Config {
@@ -48,6 +51,7 @@ impl Default for Config {
         Config {
             workers: 4,
             resync: Duration::from_secs(300),
+            gateway_address: None,
         }
     }
 }
@@ -87,11 +91,32 @@ pub struct Shared {
 const CONTROL_OWNED: &[(&str, &str)] = &[
     ("modelplane.ai/v1alpha1", "ModelReplica"),
     ("modelplane.ai/v1alpha1", "ModelEndpoint"),
+    ("infrastructure.modelplane.ai/v1alpha1", "ServingStack"),
+    ("infrastructure.modelplane.ai/v1alpha1", "EKSCluster"),
+    ("infrastructure.modelplane.ai/v1alpha1", "GKECluster"),
+    ("infrastructure.modelplane.ai/v1alpha1", "AKSCluster"),
+    ("infrastructure.modelplane.ai/v1alpha1", "NebiusCluster"),
+    ("infrastructure.modelplane.ai/v1alpha1", "VultrCluster"),
+    ("v1", "Service"),
+    ("discovery.k8s.io/v1", "EndpointSlice"),
+    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
+    (
+        "kubernetes.m.crossplane.io/v1alpha1",
+        "ClusterProviderConfig",
+    ),
+    ("kubernetes.m.crossplane.io/v1alpha1", "ProviderConfig"),
+    ("helm.m.crossplane.io/v1beta1", "ProviderConfig"),
+    ("helm.m.crossplane.io/v1beta1", "Release"),
+    ("protection.crossplane.io/v1beta1", "Usage"),
+    ("protection.crossplane.io/v1beta1", "ClusterUsage"),
 ];
 
 /// The same on each workload cluster.
 const CLUSTER_OWNED: &[(&str, &str)] = &[
     ("apps/v1", "Deployment"),
+    ("v1", "ResourceQuota"),
+    ("gateway.networking.k8s.io/v1", "Gateway"),
+    ("gateway.networking.k8s.io/v1", "GatewayClass"),
     ("v1", "Service"),
     ("v1", "ConfigMap"),
     ("v1", "ServiceAccount"),
@@ -171,6 +196,9 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     let shared = Shared::new(control);
+    if let Ok(mut index) = shared.index.write() {
+        index.world.builtin_gateway = config.gateway_address.clone();
+    }
     for kind in Kind::ALL {
         shared.supervisor.spawn(
             "control watch",

@@ -15,7 +15,6 @@ use modelplane_compose::world::{ObjectRef, Subject};
 use modelplane_compose::{Composition, Target};
 use serde_json::{Value, json};
 
-use crate::index::Kind;
 use crate::target::TargetError;
 use crate::{Shared, Work};
 
@@ -128,10 +127,7 @@ fn owned(mut object: Value, uid: &str) -> Value {
 }
 
 fn subject_ref(subject: &Subject, object: &Value) -> ObjectRef {
-    let (api_version, kind) = match subject {
-        Subject::Deployment(_) => Kind::Deployment.type_meta(),
-        Subject::Replica(_) => Kind::Replica.type_meta(),
-    };
+    let (api_version, kind) = subject.type_meta();
     ObjectRef {
         api_version: api_version.into(),
         kind: kind.into(),
@@ -153,13 +149,7 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
     }
     let composition = index.world.compose(subject)?;
     let uid = index.uid_of(subject)?.to_string();
-    let object = match subject {
-        Subject::Deployment(key) => {
-            serde_json::to_value(index.world.deployments.get(key)?.as_ref())
-        }
-        Subject::Replica(key) => serde_json::to_value(index.world.replicas.get(key)?.as_ref()),
-    }
-    .ok()?;
+    let object = index.subject_object(subject)?;
     let owner = subject_ref(subject, &object);
     let mut unchanged = BTreeSet::new();
     for d in &composition.desired {

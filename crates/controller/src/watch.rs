@@ -87,14 +87,9 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             }
             _ => Vec::new(),
         };
-        // An owner deleted leaves its objects on every target to collect.
-        let owner_deleted = matches!(
-            (&event, &watched),
-            (
-                watcher::Event::Delete(_),
-                Watched::Control(Kind::Deployment | Kind::Replica)
-            )
-        );
+        // An owner deleted (a ModelReplica, a ServingStack…) leaves its
+        // objects on every target to collect.
+        let owner_deleted = matches!(event, watcher::Event::Delete(_));
         let subjects = {
             let Ok(mut index) = shared.index.write() else {
                 return;
