@@ -302,6 +302,7 @@ fn controller(server: &Server) -> Process {
         Command::new(env!("CARGO_BIN_EXE_modelplane"))
             .args(["controller", "--kubeconfig"])
             .arg(&server.kubeconfig)
+            .args(["--gateway-address", "gateway.example:8080", "--resync", "1"])
             .env("RUST_LOG", "info")
             .stderr(Stdio::inherit())
             .spawn()
@@ -474,6 +475,72 @@ fn steps(server: &Server) {
             .is_some_and(|u| u.starts_with("http://10.0.0.7/ml-team/")),
         "{endpoint}"
     );
+
+    // The fleet gateway and a ModelService over the deployment's endpoints:
+    // the service gets its address through the gateway, and its route.
+    server.apply(
+        None,
+        "apiVersion: modelplane.ai/v1alpha1\nkind: InferenceGateway\nmetadata:\n  name: default\nspec: {}\n---\napiVersion: modelplane.ai/v1alpha1\nkind: ModelService\nmetadata:\n  name: qwen3-8b\n  namespace: ml-team\nspec:\n  endpoints:\n  - selector:\n      matchLabels:\n        modelplane.ai/deployment: qwen3-8b\n",
+    );
+    wait_for("the ModelService routed, with its address", WAIT, || {
+        let service = get_json(
+            server,
+            None,
+            &["get", "modelservice", "qwen3-8b", "-n", "ml-team"],
+        )?;
+        (service["status"]["address"] == "http://gateway.example:8080/ml-team/qwen3-8b"
+            && condition(&service, "RoutingReady").as_deref() == Some("True")
+            && condition(&service, "EndpointsResolved").as_deref() == Some("True"))
+        .then_some(())
+    });
+    for endpoint in &endpoints {
+        wait_for("each endpoint's backend", WAIT, || {
+            let e = get_json(server, None, &["get", endpoint, "-n", "ml-team"])?;
+            (condition(&e, "RoutingReady").as_deref() == Some("True")).then_some(())
+        });
+    }
+
+    // A user edits a field Modelplane owns (reverted) and adds a label (kept).
+    let engine = workloads
+        .iter()
+        .find(|w| !w.ends_with("-epp") && !w.contains("-epp-"))
+        .expect("an engine workload")
+        .clone();
+    server.kubectl_in(
+        Some("edge"),
+        &[
+            "patch",
+            &engine,
+            "-n",
+            "ml-team",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"labels":{"team":"mine"}},"spec":{"replicas":7}}"#,
+        ],
+        None,
+    );
+    wait_for(
+        "the owned field restored and the user's label kept",
+        WAIT,
+        || {
+            let w = get_json(server, Some("edge"), &["get", &engine, "-n", "ml-team"])?;
+            (w["spec"]["replicas"] != 7 && w["metadata"]["labels"]["team"] == "mine").then_some(())
+        },
+    );
+
+    // Nothing changes: resyncs every second write nothing (the revision of
+    // the control plane and of the cluster stays put over 5 s).
+    let revision = |cluster: Option<&str>| {
+        get_json(server, cluster, &["get", "configmaps", "-n", "default"]).and_then(|l| {
+            l["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let before = revision(None);
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(revision(None), before, "an unchanged world is written to");
 
     // Scale 2 → 1: exactly one replica's objects go, everywhere.
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=1"]);
