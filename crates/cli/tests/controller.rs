@@ -476,6 +476,24 @@ fn steps(server: &Server) {
         "{endpoint}"
     );
 
+    // The story of the deployment and its replicas, as kubectl tells it.
+    let events = get_json(server, None, &["get", "events", "-n", "ml-team"]).expect("events");
+    let told = |kind: &str, reason: &str| {
+        events["items"].as_array().into_iter().flatten().any(|e| {
+            e["involvedObject"]["kind"] == kind
+                && e["reason"] == reason
+                && e["source"]["component"] == "modelplane"
+        })
+    };
+    assert!(told("ModelDeployment", "Scheduled"), "{events}");
+    assert!(told("ModelReplica", "Composing"), "{events}");
+    let (ok, described, _) =
+        server.kubectl_in(None, &["describe", "md", "qwen3-8b", "-n", "ml-team"], None);
+    assert!(
+        ok && described.contains("Scheduled 2 replicas"),
+        "{described}"
+    );
+
     // The fleet gateway and a ModelService over the deployment's endpoints:
     // the service gets its address through the gateway, and its route.
     server.apply(

@@ -13,6 +13,7 @@
 //! belongs to the [`supervisor::Supervisor`].
 
 pub mod clusters;
+pub mod events;
 pub mod index;
 pub mod queue;
 pub mod reconcile;
@@ -83,6 +84,8 @@ pub struct Shared {
     pub shared_applied: Mutex<HashSet<(Target, ObjectRef)>>,
     /// Owns every task.
     pub supervisor: Supervisor,
+    /// Records Events on the control plane.
+    pub events: events::Recorder,
 }
 
 /// Kinds Modelplane applies on the control plane, watched from the start
@@ -132,7 +135,9 @@ const CLUSTER_OWNED: &[(&str, &str)] = &[
 impl Shared {
     /// A controller's shared state over the control plane `control`.
     pub fn new(control: Connection) -> Arc<Shared> {
+        let events = events::Recorder::new(control.client().clone());
         Arc::new(Shared {
+            events,
             index: RwLock::default(),
             queue: Queue::default(),
             control: Arc::new(control),

@@ -279,6 +279,7 @@ async fn prune(shared: &Arc<Shared>, plan: &Plan, failures: &mut Vec<String>) {
 }
 
 async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) {
+    record(shared, plan, &plan.composition.events).await;
     let error = (!failures.is_empty()).then(|| failures.join("; "));
     let status = match (&error, plan.seen) {
         (_, true) => crate::status::publish(
@@ -306,6 +307,19 @@ async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) 
     }
     if let Err(e) = shared.control.patch_status(&plan.owner, &status).await {
         tracing::warn!(object = %plan.owner, error = %e, "status not written");
+    }
+}
+
+async fn record(shared: &Arc<Shared>, plan: &Plan, events: &[modelplane_compose::Event]) {
+    let now = now();
+    for event in events {
+        if let Err(e) = shared
+            .events
+            .record(&plan.owner, &plan.uid, event, &now)
+            .await
+        {
+            tracing::debug!(object = %plan.owner, error = %e, "event not recorded");
+        }
     }
 }
 
