@@ -15,7 +15,10 @@ makes it so: server-side apply as field manager `modelplane` (fields a user adds
 kept, fields Modelplane sets are restored), pruning of what is no longer wanted — never \
 while a composition holds, never because of an error or an unreachable cluster — and \
 status with conditions. Workload clusters are reached through the kubeconfig Secret of \
-each InferenceCluster (in modelplane-system).
+each InferenceCluster (in modelplane-system). One process leads, through the Lease \
+modelplane-system/modelplane-controller; others keep their caches warm and take over when \
+the leader stops renewing it. A leader that stalls past its lease writes nothing until it \
+holds the Lease again.
 
 Examples:
   modelplane controller --kubeconfig ./mp-data/kubeconfig
@@ -33,6 +36,18 @@ pub struct ControllerArgs {
     /// Where clients reach the built-in fleet gateway (published as the InferenceGateway's address).
     #[arg(long, value_name = "HOST:PORT")]
     gateway_address: Option<String>,
+    /// Run without leader election (only when no other controller can run against this control plane).
+    #[arg(long)]
+    no_leader_election: bool,
+    /// Seconds a leader's Lease (modelplane-system/modelplane-controller) lasts unless renewed; another process takes over after it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    lease_duration: u64,
+    /// This process's name in the Lease; the host name and a random suffix by default.
+    #[arg(long, value_name = "NAME")]
+    identity: Option<String>,
+    /// Serve /metrics (Prometheus), /healthz and /readyz on this address.
+    #[arg(long, value_name = "ADDR")]
+    probes_listen: Option<std::net::SocketAddr>,
     /// Log as JSON lines instead of text.
     #[arg(long)]
     log_json: bool,
@@ -55,11 +70,33 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             workers: args.workers.max(1),
             resync: Duration::from_secs(args.resync.max(1)),
             gateway_address: args.gateway_address.clone(),
+            election: (!args.no_leader_election).then(|| modelplane_controller::lease::Election {
+                identity: args.identity.clone().unwrap_or_else(identity),
+                namespace: modelplane_api::labels::SYSTEM_NAMESPACE.to_string(),
+                duration: Duration::from_secs(args.lease_duration.max(3)),
+            }),
+            probes: args.probes_listen,
         };
         let control = modelplane_controller::target::Connection::new("control plane", client);
-        modelplane_controller::run(config, control, crate::logging::terminated()).await;
-        Ok(())
+        modelplane_controller::run(config, control, crate::logging::terminated())
+            .await
+            .context("serving the probes")
     })
+}
+
+/// The host name (a pod's name in Kubernetes) and a random suffix.
+fn identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "modelplane".into());
+    let suffix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() ^ std::process::id())
+        .unwrap_or_default();
+    format!("{host}-{suffix:08x}")
 }
 
 async fn client(path: Option<&PathBuf>) -> anyhow::Result<kube::Client> {

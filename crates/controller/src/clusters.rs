@@ -78,6 +78,11 @@ impl Clusters {
             .map(|c| c.version.clone())
     }
 
+    /// How many clusters are connected.
+    pub fn count(&self) -> usize {
+        self.connected.read().map(|c| c.len()).unwrap_or(0)
+    }
+
     /// Drops the connection to `name` (its InferenceCluster is gone).
     pub fn remove(&self, name: &str) -> bool {
         self.connected
@@ -166,13 +171,20 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
             connected.insert(
                 name.to_string(),
                 Connected {
-                    connection: Arc::new(Connection::new(format!("cluster {name}"), client)),
+                    connection: Arc::new(
+                        Connection::new(format!("cluster {name}"), client)
+                            .gated(shared.control.gate().clone()),
+                    ),
                     version,
                 },
             );
         }
         index.drop_target(&target);
     }
+    shared
+        .metrics
+        .clusters_connected
+        .set(i64::try_from(shared.clusters.count()).unwrap_or(i64::MAX));
     shared.forget_watches(&target);
     shared.watch_target(&target);
     tracing::info!(cluster = name, secret = %secret_path, "connected");

@@ -19,15 +19,17 @@ pub const COMPONENT: &str = "modelplane";
 /// Records Events through one client.
 pub struct Recorder {
     client: Client,
+    gate: std::sync::Arc<crate::lease::WriteGate>,
     /// `(uid, reason, message)` of every Event recorded.
     sent: Mutex<HashSet<(String, String, String)>>,
 }
 
 impl Recorder {
     /// A recorder writing through `client`.
-    pub fn new(client: Client) -> Recorder {
+    pub fn new(client: Client, gate: std::sync::Arc<crate::lease::WriteGate>) -> Recorder {
         Recorder {
             client,
+            gate,
             sent: Mutex::default(),
         }
     }
@@ -47,7 +49,7 @@ impl Recorder {
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         let key = (uid.to_string(), event.reason.clone(), event.message.clone());
-        if self.sent.lock().is_ok_and(|s| s.contains(&key)) {
+        if self.sent.lock().is_ok_and(|s| s.contains(&key)) || !self.gate.is_open() {
             return Ok(());
         }
         let type_ = match event.type_ {

@@ -15,6 +15,8 @@
 pub mod clusters;
 pub mod events;
 pub mod index;
+pub mod lease;
+pub mod metrics;
 pub mod queue;
 pub mod reconcile;
 pub mod status;
@@ -45,6 +47,10 @@ pub struct Config {
     /// Where clients reach the built-in fleet gateway (the InferenceGateway's
     /// address when its backend is Modelplane), if it runs.
     pub gateway_address: Option<String>,
+    /// Leader election; without it this process always leads.
+    pub election: Option<lease::Election>,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
+    pub probes: Option<std::net::SocketAddr>,
 }
 
 impl Default for Config {
@@ -53,6 +59,8 @@ impl Default for Config {
             workers: 4,
             resync: Duration::from_secs(300),
             gateway_address: None,
+            election: None,
+            probes: None,
         }
     }
 }
@@ -86,6 +94,10 @@ pub struct Shared {
     pub supervisor: Supervisor,
     /// Records Events on the control plane.
     pub events: events::Recorder,
+    /// Whether this process leads (always, without leader election).
+    pub leading: tokio::sync::watch::Receiver<bool>,
+    /// What it counts.
+    pub metrics: metrics::Metrics,
 }
 
 /// Kinds Modelplane applies on the control plane, watched from the start
@@ -134,10 +146,12 @@ const CLUSTER_OWNED: &[(&str, &str)] = &[
 
 impl Shared {
     /// A controller's shared state over the control plane `control`.
-    pub fn new(control: Connection) -> Arc<Shared> {
-        let events = events::Recorder::new(control.client().clone());
+    pub fn new(control: Connection, leading: tokio::sync::watch::Receiver<bool>) -> Arc<Shared> {
+        let events = events::Recorder::new(control.client().clone(), control.gate().clone());
         Arc::new(Shared {
             events,
+            leading,
+            metrics: metrics::Metrics::default(),
             index: RwLock::default(),
             queue: Queue::default(),
             control: Arc::new(control),
@@ -194,13 +208,36 @@ impl Shared {
     }
 }
 
-/// Runs the controllers against `control` until `shutdown` resolves.
+/// Runs the controllers against `control` until `shutdown` resolves. With
+/// leader election, watches run from the start (a warm index for a fast
+/// takeover) and work only while leading. Fails only when the probes'
+/// address cannot be bound.
 pub async fn run(
     config: Config,
     control: Connection,
     shutdown: impl std::future::Future<Output = ()>,
-) {
-    let shared = Shared::new(control);
+) -> std::io::Result<()> {
+    let probes = match config.probes {
+        Some(address) => Some(tokio::net::TcpListener::bind(address).await?),
+        None => None,
+    };
+    let (leading, _) = tokio::sync::watch::channel(config.election.is_none());
+    let control = match &config.election {
+        Some(_) => control.gated(Arc::new(lease::WriteGate::default())),
+        None => control,
+    };
+    let shared = Shared::new(control, leading.subscribe());
+    if let Some(election) = config.election.clone() {
+        shared.supervisor.spawn(
+            "leader election",
+            lease::campaign(
+                shared.control.client().clone(),
+                election,
+                shared.control.gate().clone(),
+                leading,
+            ),
+        );
+    }
     if let Ok(mut index) = shared.index.write() {
         index.world.builtin_gateway = config.gateway_address.clone();
     }
@@ -223,6 +260,25 @@ pub async fn run(
     shared
         .supervisor
         .spawn("resync", reconcile::resync(shared.clone(), config.resync));
+    if let Some(listener) = probes {
+        shared
+            .supervisor
+            .spawn("probes", metrics::serve(listener, shared.clone()));
+    }
+    let mut leading = shared.leading.clone();
+    let gauge = shared.clone();
+    shared.supervisor.spawn("leader gauge", async move {
+        loop {
+            gauge
+                .metrics
+                .leader
+                .set(i64::from(*leading.borrow_and_update()));
+            if leading.changed().await.is_err() {
+                return;
+            }
+        }
+    });
     shutdown.await;
     shared.supervisor.shutdown().await;
+    Ok(())
 }

@@ -28,6 +28,8 @@ pub enum ReconcileError {
         subject: Subject,
         /// Each failure.
         messages: Vec<String>,
+        /// Each failure's metric label.
+        reasons: Vec<&'static str>,
     },
     /// A workload cluster could not be connected.
     #[error(transparent)]
@@ -36,26 +38,47 @@ pub enum ReconcileError {
 
 /// Runs work from the queue until stopped.
 pub async fn work(shared: Arc<Shared>) {
+    let mut leading = shared.leading.clone();
     loop {
+        // A process that does not lead keeps its index warm and waits.
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
         let work = shared.queue.next().await;
-        let failed = match &work {
+        let started = std::time::Instant::now();
+        let (kind, reasons): (&str, Vec<&'static str>) = match &work {
             Work::Reconcile(subject) => match reconcile(&shared, subject).await {
-                Ok(()) => false,
+                Ok(()) => (subject.type_meta().1, Vec::new()),
                 Err(e) => {
                     tracing::warn!(error = %e, "reconcile failed; retrying");
-                    true
+                    let reasons = match e {
+                        ReconcileError::Writes { reasons, .. } => reasons,
+                        ReconcileError::Connect(_) => vec!["not_connected"],
+                    };
+                    (subject.type_meta().1, reasons)
                 }
             },
-            Work::Orphans(target) => collect_orphans(&shared, target).await,
+            Work::Orphans(target) => {
+                let failed = collect_orphans(&shared, target).await;
+                (
+                    "orphans",
+                    if failed {
+                        vec!["delete_failed"]
+                    } else {
+                        Vec::new()
+                    },
+                )
+            }
             Work::Connect(cluster) => match crate::clusters::connect(&shared, cluster).await {
-                Ok(()) => false,
+                Ok(()) => ("connect", Vec::new()),
                 Err(e) => {
                     tracing::info!(error = %e, "not connected yet");
-                    true
+                    ("connect", vec!["not_connected"])
                 }
             },
         };
-        shared.queue.done(&work, failed);
+        shared.metrics.reconciled(kind, started.elapsed(), &reasons);
+        shared.queue.done(&work, !reasons.is_empty());
     }
 }
 
@@ -204,7 +227,8 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     let Some(plan) = plan(shared, subject) else {
         return Ok(());
     };
-    let mut failures = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    let mut reasons: Vec<&'static str> = Vec::new();
     for desired in &plan.composition.desired {
         let reference = ObjectRef::of(&desired.object);
         let key = (desired.target.clone(), reference.clone());
@@ -219,6 +243,7 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
             if let Target::Cluster(name) = &desired.target {
                 shared.queue.add(Work::Connect(name.clone()));
                 failures.push(format!("cluster {name} is not connected yet"));
+                reasons.push("not_connected");
             }
             continue;
         };
@@ -229,6 +254,7 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
         {
             Ok(stored) => {
                 tracing::debug!(object = %reference, target = %connection.name, "applied");
+                shared.metrics.applied_on(&desired.target);
                 if shared_object {
                     if let Ok(mut s) = shared.shared_applied.lock() {
                         s.insert(key);
@@ -237,11 +263,14 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
                     index.apply_owned(&desired.target, stored);
                 }
             }
-            Err(e) => failures.push(e.to_string()),
+            Err(e) => {
+                reasons.push(e.metric_label());
+                failures.push(e.to_string());
+            }
         }
     }
     if !plan.composition.hold && failures.is_empty() {
-        prune(shared, &plan, &mut failures).await;
+        prune(shared, &plan, &mut failures, &mut reasons).await;
     }
     publish_status(shared, &plan, &failures).await;
     if failures.is_empty() {
@@ -250,11 +279,17 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
         Err(ReconcileError::Writes {
             subject: subject.clone(),
             messages: failures,
+            reasons,
         })
     }
 }
 
-async fn prune(shared: &Arc<Shared>, plan: &Plan, failures: &mut Vec<String>) {
+async fn prune(
+    shared: &Arc<Shared>,
+    plan: &Plan,
+    failures: &mut Vec<String>,
+    reasons: &mut Vec<&'static str>,
+) {
     let desired: BTreeSet<(Target, ObjectRef)> = plan
         .composition
         .desired
@@ -271,9 +306,13 @@ async fn prune(shared: &Arc<Shared>, plan: &Plan, failures: &mut Vec<String>) {
         };
         match connection.delete(reference).await {
             Ok(()) => {
-                tracing::info!(object = %reference, target = %connection.name, owner = %plan.owner, "pruned")
+                tracing::info!(object = %reference, target = %connection.name, owner = %plan.owner, "pruned");
+                shared.metrics.pruned_on(target);
             }
-            Err(e) => failures.push(e.to_string()),
+            Err(e) => {
+                reasons.push(e.metric_label());
+                failures.push(e.to_string());
+            }
         }
     }
 }
@@ -354,7 +393,8 @@ async fn collect_orphans(shared: &Arc<Shared>, target: &Target) -> bool {
             .await
         {
             Ok(true) => {
-                tracing::info!(object = %reference, target = %connection.name, "deleted: its owner is gone")
+                tracing::info!(object = %reference, target = %connection.name, "deleted: its owner is gone");
+                shared.metrics.pruned_on(target);
             }
             Ok(false) => tracing::debug!(object = %reference, "changed since observed; kept"),
             Err(TargetError::NotServed { .. }) => {}

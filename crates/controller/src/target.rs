@@ -6,7 +6,7 @@
 //! it, retried later, never a crash.
 
 use std::collections::HashMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -16,6 +16,8 @@ use kube::{Client, Error as KubeError};
 use modelplane_api::labels::FIELD_MANAGER;
 use modelplane_compose::world::ObjectRef;
 use serde_json::Value;
+
+use crate::lease::WriteGate;
 
 /// How long "not served" is believed before discovery is asked again.
 const NOT_SERVED_FOR: Duration = Duration::from_secs(5);
@@ -32,6 +34,12 @@ pub enum TargetError {
         api_version: String,
         /// The kind.
         kind: String,
+        /// Where.
+        target: String,
+    },
+    /// This process does not hold the leader Lease (or its hold lapsed).
+    #[error("{target}: not written: this controller is not the leader")]
+    NotLeader {
         /// Where.
         target: String,
     },
@@ -55,6 +63,7 @@ impl TargetError {
     pub fn metric_label(&self) -> &'static str {
         match self {
             TargetError::NotServed { .. } => "not_served",
+            TargetError::NotLeader { .. } => "not_leader",
             TargetError::Api { source, .. } => match source.as_ref() {
                 KubeError::Api(s) if s.code == 409 => "conflict",
                 KubeError::Api(s) if s.code == 422 => "invalid",
@@ -77,6 +86,8 @@ pub struct Connection {
     pub name: String,
     client: Client,
     kinds: RwLock<HashMap<(String, String), Resolved>>,
+    /// Writes pass only while this process leads.
+    gate: Arc<WriteGate>,
 }
 
 impl Connection {
@@ -86,6 +97,28 @@ impl Connection {
             name: name.into(),
             client,
             kinds: RwLock::default(),
+            gate: WriteGate::open(),
+        }
+    }
+
+    /// The same, writing only while `gate` is open.
+    pub fn gated(mut self, gate: Arc<WriteGate>) -> Connection {
+        self.gate = gate;
+        self
+    }
+
+    /// The gate its writes pass.
+    pub fn gate(&self) -> &Arc<WriteGate> {
+        &self.gate
+    }
+
+    fn check_gate(&self) -> Result<(), TargetError> {
+        if self.gate.is_open() {
+            Ok(())
+        } else {
+            Err(TargetError::NotLeader {
+                target: self.name.clone(),
+            })
         }
     }
 
@@ -172,6 +205,7 @@ impl Connection {
     pub async fn apply(&self, object: &Value) -> Result<Value, TargetError> {
         let reference = ObjectRef::of(object);
         let api = self.api(&reference).await?;
+        self.check_gate()?;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch(&reference.name, &params, &Patch::Apply(object))
             .await
@@ -195,6 +229,7 @@ impl Connection {
         observed: Option<&Value>,
     ) -> Result<bool, TargetError> {
         let api = self.api(object).await?;
+        self.check_gate()?;
         let mut params = DeleteParams::background();
         if let Some(observed) = observed {
             let text = |k: &str| observed["metadata"][k].as_str().map(str::to_string);
@@ -219,6 +254,7 @@ impl Connection {
         status: &Value,
     ) -> Result<(), TargetError> {
         let api = self.api(object).await?;
+        self.check_gate()?;
         let patch = serde_json::json!({
             "apiVersion": object.api_version,
             "kind": object.kind,
