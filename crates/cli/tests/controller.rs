@@ -190,7 +190,7 @@ spec:
   nodePools:
   - name: l4
     className: l4
-    nodeCount: 2
+    nodeCount: 4
 "#,
     );
 }
@@ -576,4 +576,179 @@ fn steps(server: &Server) {
     wait_for("one ModelEndpoint left", WAIT, || {
         (names(server, None, &["get", "modelendpoints", "-n", "ml-team"]).len() == 1).then_some(())
     });
+}
+
+/// A free loopback port (bound, then released for a child to bind).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// A controller named `identity` with a 3 s lease, probes on `port`.
+fn candidate(server: &Server, identity: &str, port: u16) -> Process {
+    Process(
+        Command::new(env!("CARGO_BIN_EXE_modelplane"))
+            .args(["controller", "--kubeconfig"])
+            .arg(&server.kubeconfig)
+            .args(["--identity", identity, "--lease-duration", "3"])
+            .args(["--probes-listen", &format!("127.0.0.1:{port}")])
+            .env("RUST_LOG", "warn,modelplane_controller::lease=info")
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a controller"),
+    )
+}
+
+/// `GET path` on 127.0.0.1:`port`: the status code and body.
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, text.split_once("\r\n\r\n")?.1.to_string()))
+}
+
+/// The sum of a metric's samples in the text exposition.
+fn metric(port: u16, name: &str) -> Option<f64> {
+    let (_, body) = http_get(port, "/metrics")?;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+fn holder(server: &Server) -> Option<String> {
+    get_json(
+        server,
+        None,
+        &[
+            "get",
+            "lease",
+            "modelplane-controller",
+            "-n",
+            "modelplane-system",
+        ],
+    )
+    .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+}
+
+fn replica_count(server: &Server) -> usize {
+    names(server, None, &["get", "modelreplicas", "-n", "ml-team"]).len()
+}
+
+#[test]
+fn a_standby_takes_over_from_a_stopped_leader_which_then_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    fleet(&server);
+    server.apply(None, &DEPLOYMENT.replace("REPLICAS", "1"));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| platform(&server, &stop));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            election_steps(&server);
+        }));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+fn election_steps(server: &Server) {
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = candidate(server, "a", port_a);
+    wait_for("a to lead", WAIT, || {
+        (holder(server).as_deref() == Some("a")).then_some(())
+    });
+    wait_for("a's replica", WAIT, || {
+        (replica_count(server) == 1).then_some(())
+    });
+    let b = candidate(server, "b", port_b);
+    wait_for("b's probes", WAIT, || {
+        http_get(port_b, "/readyz").filter(|(c, _)| *c == 200)
+    });
+    assert_eq!(http_get(port_b, "/healthz").map(|(c, _)| c), Some(200));
+    assert_eq!(
+        metric(port_b, "modelplane_controller_leader"),
+        Some(0.0),
+        "b stands by"
+    );
+    assert_eq!(
+        metric(port_a, "modelplane_controller_leader"),
+        Some(1.0),
+        "a leads"
+    );
+
+    // a stalls: b leads within the lease's duration (3 s) and a renewal.
+    let stopped = std::time::Instant::now();
+    let pid = a.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    wait_for("b to lead", Duration::from_secs(10), || {
+        (holder(server).as_deref() == Some("b")).then_some(())
+    });
+    let took = stopped.elapsed();
+    assert!(took < Duration::from_secs(6), "took over after {took:?}");
+    server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=2"]);
+    wait_for("b places the second replica", WAIT, || {
+        (replica_count(server) == 2).then_some(())
+    });
+
+    // a wakes with its lease long gone: it writes nothing, b keeps leading.
+    let applied_before =
+        metric(port_b, "modelplane_controller_objects_applied_total").expect("b's metrics");
+    assert!(
+        Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let a_before = wait_for("a's probes after waking", WAIT, || {
+        metric(port_a, "modelplane_controller_objects_applied_total")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=3"]);
+    wait_for("the third replica", WAIT, || {
+        (replica_count(server) == 3).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        metric(port_a, "modelplane_controller_objects_applied_total"),
+        Some(a_before),
+        "the woken leader wrote"
+    );
+    assert_eq!(metric(port_a, "modelplane_controller_leader"), Some(0.0));
+    assert!(
+        metric(port_b, "modelplane_controller_objects_applied_total").expect("b") > applied_before,
+        "b made the writes"
+    );
+    assert_eq!(holder(server).as_deref(), Some("b"));
+
+    // b dies: a takes over again.
+    drop(b);
+    wait_for("a to lead again", Duration::from_secs(10), || {
+        (holder(server).as_deref() == Some("a")).then_some(())
+    });
+    server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=1"]);
+    wait_for("a scales down", WAIT, || {
+        (replica_count(server) == 1).then_some(())
+    });
+    let _ = a.0.kill();
 }
