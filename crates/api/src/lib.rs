@@ -13,6 +13,7 @@ pub mod crds;
 pub mod labels;
 pub mod names;
 pub mod python;
+pub mod routing;
 pub mod schema;
 pub mod types;
 pub mod validation;

@@ -7,8 +7,6 @@
 //! keep every entry's share whatever its endpoint count; the route carries
 //! one weighted backend per endpoint.
 
-use std::collections::BTreeSet;
-
 use modelplane_api::labels;
 use modelplane_api::types::{ModelEndpoint, ModelService};
 use serde_json::{Value, json};
@@ -85,41 +83,7 @@ fn round_half_even(x: f64) -> u64 {
     r as u64
 }
 
-fn key(endpoint: &ModelEndpoint) -> String {
-    format!(
-        "{}/{}",
-        endpoint.metadata.namespace.as_deref().unwrap_or_default(),
-        endpoint.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-/// The endpoints each entry selects, first entry first; an endpoint matched
-/// by several entries belongs to the first.
-pub fn group_endpoints<'a>(
-    service: &ModelService,
-    endpoints: &'a [ModelEndpoint],
-) -> Vec<Vec<&'a ModelEndpoint>> {
-    let mut sorted: Vec<&ModelEndpoint> = endpoints.iter().collect();
-    sorted.sort_by_key(|e| key(e));
-    let mut claimed = BTreeSet::new();
-    service
-        .spec
-        .endpoints
-        .iter()
-        .map(|entry| {
-            sorted
-                .iter()
-                .copied()
-                .filter(|e| {
-                    entry
-                        .selector
-                        .matches(e.metadata.labels.as_ref().unwrap_or(&Default::default()))
-                })
-                .filter(|e| claimed.insert(key(e)))
-                .collect()
-        })
-        .collect()
-}
+pub use modelplane_api::routing::group_endpoints;
 
 /// The backend Service name of an endpoint, once its routing is configured.
 fn backend(endpoint: &ModelEndpoint) -> Option<&str> {

@@ -23,9 +23,8 @@ use http::HeaderValue;
 use http::uri::{Authority, Scheme};
 use k8s_openapi::api::core::v1::Secret;
 use modelplane_api::labels;
+use modelplane_api::routing::{group_endpoints, parse_url};
 use modelplane_api::types::{ModelEndpoint, ModelService};
-use modelplane_compose::endpoint::parse_url;
-use modelplane_compose::service::group_endpoints;
 
 /// Label that marks a Secret as a gateway API key.
 pub const API_KEY_LABEL: &str = "modelplane.ai/gateway-api-key";
