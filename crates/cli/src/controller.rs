@@ -99,7 +99,8 @@ fn identity() -> String {
     format!("{host}-{suffix:08x}")
 }
 
-async fn client(path: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
+/// A client from the kubeconfig at `path`, else the inferred one.
+pub async fn client(path: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
     let config = match path {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)

@@ -36,11 +36,15 @@ bearer token. Keys and tokens are never logged.
 Examples:
   modelplane gateway --config examples/gateway/ --check
   modelplane gateway --config examples/gateway/ --listen 127.0.0.1:8080
+  modelplane gateway --kubeconfig ./mp-data/kubeconfig   # fed by watches
   curl -s localhost:8080/v1/chat/completions -d '{\"model\":\"qwen3-8b\",\"messages\":[]}'")]
 pub struct GatewayArgs {
     /// Files or directories of ModelServices, ModelEndpoints and Secrets (YAML or JSON).
-    #[arg(long = "config", value_name = "FILE", required = true, num_args = 1..)]
+    #[arg(long = "config", value_name = "FILE", num_args = 1.., required_unless_present = "kubeconfig", conflicts_with = "kubeconfig")]
     config: Vec<PathBuf>,
+    /// Watch the ModelServices, ModelEndpoints and Secrets of this API server instead (the control plane's kubeconfig).
+    #[arg(long, value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -97,6 +101,14 @@ pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
         health_interval: Duration::from_secs(args.health_interval.max(1)),
         ..GatewayConfig::default()
     };
+    if let Some(kubeconfig) = &args.kubeconfig {
+        if args.check {
+            anyhow::bail!(
+                "--check reads --config files; with --kubeconfig the table is what the watches hold"
+            );
+        }
+        return serve(args, config, Feed::Watch(kubeconfig.clone()));
+    }
     let objects = modelplane_gateway::config::load(&args.config).context("loading --config")?;
     if args.check {
         let table = objects.compile(None);
@@ -109,6 +121,18 @@ pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    serve(args, config, Feed::Files(objects))
+}
+
+/// Where the routing table comes from.
+enum Feed {
+    /// Files, loaded and then polled for changes.
+    Files(modelplane_gateway::config::Objects),
+    /// An API server's watches, through this kubeconfig.
+    Watch(PathBuf),
+}
+
+fn serve(args: &GatewayArgs, config: GatewayConfig, feed: Feed) -> anyhow::Result<()> {
     // One thread: a single-threaded scheduler, no work stealing to pay for.
     let mut runtime = match args.threads {
         Some(1) => tokio::runtime::Builder::new_current_thread(),
@@ -121,24 +145,36 @@ pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
     };
     runtime.enable_all().build()?.block_on(async {
         let gateway = Gateway::new(config).context("building the upstream client")?;
-        for reason in modelplane_gateway::config::publish(&gateway, &objects) {
-            tracing::warn!("left out: {reason}");
-        }
+        let client = match &feed {
+            Feed::Files(objects) => {
+                for reason in modelplane_gateway::config::publish(&gateway, objects) {
+                    tracing::warn!("left out: {reason}");
+                }
+                None
+            }
+            Feed::Watch(path) => Some(crate::controller::client(Some(path)).await?),
+        };
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
         let table = gateway.table();
-        println!(
-            "gateway on http://{}: {} services, {} endpoints, {}",
-            listener.local_addr()?,
-            table.services().len(),
-            table.endpoints().len(),
-            if table.requires_keys() {
-                "API keys required"
-            } else {
-                "no API keys"
-            }
-        );
+        match &client {
+            None => println!(
+                "gateway on http://{}: {} services, {} endpoints, {}",
+                listener.local_addr()?,
+                table.services().len(),
+                table.endpoints().len(),
+                if table.requires_keys() {
+                    "API keys required"
+                } else {
+                    "no API keys"
+                }
+            ),
+            Some(_) => println!(
+                "gateway on http://{}: routing by the ModelServices, ModelEndpoints and Secrets the API server holds (watched)",
+                listener.local_addr()?
+            ),
+        }
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let wait = move || {
             let mut stopped = stopped.clone();
@@ -146,12 +182,19 @@ pub fn run(args: &GatewayArgs) -> anyhow::Result<()> {
                 let _ = stopped.wait_for(|s| *s).await;
             }
         };
-        tokio::spawn(modelplane_gateway::config::watch(
-            gateway.clone(),
-            args.config.clone(),
-            Duration::from_millis(args.reload_interval_ms.max(50)),
-            wait(),
-        ));
+        match client {
+            None => drop(tokio::spawn(modelplane_gateway::config::watch(
+                gateway.clone(),
+                args.config.clone(),
+                Duration::from_millis(args.reload_interval_ms.max(50)),
+                wait(),
+            ))),
+            Some(client) => drop(tokio::spawn(modelplane_gateway::feed::watch(
+                gateway.clone(),
+                client,
+                wait(),
+            ))),
+        }
         tokio::spawn(modelplane_gateway::health::run(gateway.clone(), wait()));
         let serving =
             modelplane_gateway::server::serve(listener, gateway, wait(), Duration::from_secs(30));

@@ -213,7 +213,7 @@ fn crd(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -
 /// Stands in for Crossplane's providers and the workload cluster's
 /// controllers, as the simulated fleet will: Helm releases become Ready,
 /// the cluster's GatewayClass is Accepted and its Gateway gets an address.
-fn platform(server: &Server, stop: &std::sync::atomic::AtomicBool) {
+fn platform(server: &Server, stop: &std::sync::atomic::AtomicBool, edge: &str) {
     let ready = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Available"},{"type":"Synced","status":"True","reason":"ReconcileSuccess"}]}}"#;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         for release in names(
@@ -288,7 +288,8 @@ fn platform(server: &Server, stop: &std::sync::atomic::AtomicBool) {
                     "--subresource=status",
                     "--type=merge",
                     "-p",
-                    r#"{"status":{"addresses":[{"type":"IPAddress","value":"10.0.0.7"}]}}"#,
+                    &serde_json::json!({ "status": { "addresses": [{ "type": "IPAddress", "value": edge }] } })
+                        .to_string(),
                 ],
                 None,
             );
@@ -356,10 +357,59 @@ fn an_existing_cluster_gets_its_stack_then_a_deployment_becomes_ready_endpoints_
     fleet(&server);
     server.apply(None, &DEPLOYMENT.replace("REPLICAS", "2"));
     let _controller = controller(&server);
+    // The data plane: an engine, the workload cluster's edge gateway in front
+    // of it (routing /<namespace>/<replica>/ as the composed HTTPRoutes do),
+    // and the fleet gateway fed by the control plane's watches.
+    let (engine_port, edge_port, fleet_port) = (free_port(), free_port(), free_port());
+    let edge_dir = dir.path().join("edge-routes");
+    std::fs::create_dir_all(&edge_dir).expect("edge dir");
+    let _engine = spawn(&[
+        "engine-sim",
+        "--model",
+        "qwen3-8b",
+        "--listen",
+        &format!("127.0.0.1:{engine_port}"),
+    ]);
+    let _edge = Process(
+        Command::new(env!("CARGO_BIN_EXE_modelplane"))
+            .args([
+                "gateway",
+                "--listen",
+                &format!("127.0.0.1:{edge_port}"),
+                "--reload-interval-ms",
+                "100",
+                "--config",
+            ])
+            .arg(&edge_dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the edge gateway"),
+    );
+    let _fleet = Process(
+        Command::new(env!("CARGO_BIN_EXE_modelplane"))
+            .args([
+                "gateway",
+                "--listen",
+                &format!("127.0.0.1:{fleet_port}"),
+                "--kubeconfig",
+            ])
+            .arg(&server.kubeconfig)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the fleet gateway"),
+    );
+    let edge = format!("127.0.0.1:{edge_port}");
+    let data_plane = DataPlane {
+        engine_port,
+        fleet_port,
+        edge_dir,
+        edge: edge.clone(),
+    };
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| platform(&server, &stop));
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| steps(&server)));
+        scope.spawn(|| platform(&server, &stop, &edge));
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| steps(&server, &data_plane)));
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         if let Err(panic) = result {
             std::panic::resume_unwind(panic);
@@ -367,14 +417,51 @@ fn an_existing_cluster_gets_its_stack_then_a_deployment_becomes_ready_endpoints_
     });
 }
 
-fn steps(server: &Server) {
+/// Where the data plane of the test listens.
+struct DataPlane {
+    engine_port: u16,
+    fleet_port: u16,
+    edge_dir: std::path::PathBuf,
+    edge: String,
+}
+
+fn spawn(args: &[&str]) -> Process {
+    Process(
+        Command::new(env!("CARGO_BIN_EXE_modelplane"))
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn modelplane"),
+    )
+}
+
+/// POSTs a chat completion for `model` to 127.0.0.1:`port`: status and body.
+fn chat(port: u16, model: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let body =
+        serde_json::json!({ "model": model, "messages": [{ "role": "user", "content": "hi" }] })
+            .to_string();
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        tcp,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut text = String::new();
+    tcp.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, text.split_once("\r\n\r\n")?.1.to_string()))
+}
+
+fn steps(server: &Server, data_plane: &DataPlane) {
     // The cluster's stack is installed (as the platform stands in), its
     // Gateway answers: the InferenceCluster is Ready with that address.
     wait_for("the InferenceCluster Ready with its gateway", WAIT, || {
         let cluster = get_json(server, None, &["get", "inferencecluster", "edge"])?;
         (condition(&cluster, "Ready").as_deref() == Some("True")
-            && cluster["status"]["gateway"]["address"] == "10.0.0.7")
-            .then_some(())
+            && cluster["status"]["gateway"]["address"] == data_plane.edge.as_str())
+        .then_some(())
     });
 
     // Two ModelReplicas on the control plane, owned by the deployment.
@@ -472,7 +559,7 @@ fn steps(server: &Server) {
     assert!(
         endpoint["spec"]["url"]
             .as_str()
-            .is_some_and(|u| u.starts_with("http://10.0.0.7/ml-team/")),
+            .is_some_and(|u| u.starts_with(&format!("http://{}/ml-team/", data_plane.edge))),
         "{endpoint}"
     );
 
@@ -517,6 +604,25 @@ fn steps(server: &Server) {
             (condition(&e, "RoutingReady").as_deref() == Some("True")).then_some(())
         });
     }
+
+    // The edge gateway routes each replica's prefix to the engine, as the
+    // composed HTTPRoutes do on a real cluster…
+    let mut routes = String::new();
+    for replica in &replicas {
+        let name = replica.rsplit('/').next().expect("name");
+        routes.push_str(&format!(
+            "apiVersion: modelplane.ai/v1alpha1\nkind: ModelService\nmetadata:\n  name: {name}\n  namespace: ml-team\nspec:\n  endpoints:\n  - selector:\n      matchLabels:\n        edge: {name}\n---\napiVersion: modelplane.ai/v1alpha1\nkind: ModelEndpoint\nmetadata:\n  name: {name}\n  namespace: ml-team\n  labels:\n    edge: {name}\nspec:\n  url: http://127.0.0.1:{}/\n  rewritePath: /\n---\n",
+            data_plane.engine_port
+        ));
+    }
+    std::fs::write(data_plane.edge_dir.join("routes.yaml"), routes).expect("edge routes");
+    // …and the fleet gateway, fed by watches, routes a chat completion by
+    // the deployment's name through them to the engine.
+    let (code, answer) = wait_for("a chat completion through the fleet gateway", WAIT, || {
+        chat(data_plane.fleet_port, "qwen3-8b").filter(|(code, _)| *code == 200)
+    });
+    assert_eq!(code, 200);
+    assert!(answer.contains("chat.completion"), "{answer}");
 
     // A user edits a field Modelplane owns (reverted) and adds a label (kept).
     let engine = workloads
@@ -654,7 +760,7 @@ fn a_standby_takes_over_from_a_stopped_leader_which_then_writes_nothing() {
     server.apply(None, &DEPLOYMENT.replace("REPLICAS", "1"));
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
-        scope.spawn(|| platform(&server, &stop));
+        scope.spawn(|| platform(&server, &stop, "10.0.0.7"));
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             election_steps(&server);
         }));

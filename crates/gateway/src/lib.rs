@@ -12,6 +12,7 @@
 pub mod body;
 pub mod config;
 pub mod error;
+pub mod feed;
 pub mod health;
 pub mod metrics;
 pub mod outlier;

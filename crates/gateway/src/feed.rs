@@ -1,0 +1,161 @@
+//! The gateway's objects from an API server's watches, for `modelplane
+//! gateway --kubeconfig`: ModelServices, ModelEndpoints and Secrets, kept in
+//! an index by kube-runtime watchers (relisting with backoff on their own).
+//!
+//! Data flow: watch events update the index synchronously → once every
+//! kind is listed, the events ready at that moment are taken together →
+//! the routing inputs (specs, labels, annotations, Secret data: what the
+//! table reads) are compared with the last published ones → only a change
+//! compiles and swaps a new table (STYLE.md 2). A status write or a resync
+//! publishes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use modelplane_api::types::{ModelEndpoint, ModelService};
+use serde_json::{Value, json};
+
+use crate::config::{Objects, publish};
+use crate::proxy::Gateway;
+
+/// One watch event, of whichever kind.
+enum Change {
+    Service(watcher::Event<ModelService>),
+    Endpoint(watcher::Event<ModelEndpoint>),
+    Secret(watcher::Event<Secret>),
+}
+
+/// Objects of one kind by `namespace/name`, and whether listed once.
+struct Kind<T> {
+    objects: BTreeMap<String, T>,
+    listing: BTreeMap<String, T>,
+    listed: bool,
+}
+
+impl<T> Default for Kind<T> {
+    fn default() -> Self {
+        Kind {
+            objects: BTreeMap::new(),
+            listing: BTreeMap::new(),
+            listed: false,
+        }
+    }
+}
+
+fn key<T: Resource>(object: &T) -> String {
+    format!(
+        "{}/{}",
+        object.meta().namespace.as_deref().unwrap_or_default(),
+        object.meta().name.as_deref().unwrap_or_default()
+    )
+}
+
+impl<T: Resource> Kind<T> {
+    fn apply(&mut self, event: watcher::Event<T>) {
+        match event {
+            watcher::Event::Init => self.listing.clear(),
+            watcher::Event::InitApply(o) => {
+                self.listing.insert(key(&o), o);
+            }
+            watcher::Event::InitDone => {
+                self.objects = std::mem::take(&mut self.listing);
+                self.listed = true;
+            }
+            watcher::Event::Apply(o) => {
+                self.objects.insert(key(&o), o);
+            }
+            watcher::Event::Delete(o) => {
+                self.objects.remove(&key(&o));
+            }
+        }
+    }
+}
+
+/// What the routing table is compiled from, and nothing else: a change
+/// elsewhere (status, resourceVersion, managed fields) publishes nothing.
+fn routing_inputs(objects: &Objects) -> Value {
+    let meta = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        json!([m.namespace, m.name, m.labels, m.annotations])
+    };
+    json!({
+        "services": objects.services.iter().map(|s| json!([meta(&s.metadata), s.spec])).collect::<Vec<_>>(),
+        "endpoints": objects.endpoints.iter().map(|e| json!([meta(&e.metadata), e.spec])).collect::<Vec<_>>(),
+        "secrets": objects.secrets.iter().map(|s| json!([meta(&s.metadata), s.type_, s.data])).collect::<Vec<_>>(),
+    })
+}
+
+/// Keeps `gateway`'s table compiled from what `client`'s API server holds,
+/// until `shutdown`.
+pub async fn watch(
+    gateway: Arc<Gateway>,
+    client: Client,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let config = watcher::Config::default;
+    let services = watcher(Api::<ModelService>::all(client.clone()), config())
+        .default_backoff()
+        .map(|e| e.map(Change::Service));
+    let endpoints = watcher(Api::<ModelEndpoint>::all(client.clone()), config())
+        .default_backoff()
+        .map(|e| e.map(Change::Endpoint));
+    let secrets = watcher(Api::<Secret>::all(client), config())
+        .default_backoff()
+        .map(|e| e.map(Change::Secret));
+    let mut changes =
+        futures_util::stream::select(futures_util::stream::select(services, endpoints), secrets)
+            .boxed();
+    let (mut s, mut e, mut k) = (Kind::default(), Kind::default(), Kind::default());
+    let mut published: Option<Value> = None;
+    tokio::pin!(shutdown);
+    loop {
+        let next = tokio::select! {
+            next = changes.next() => next,
+            () = &mut shutdown => return,
+        };
+        let Some(first) = next else {
+            return;
+        };
+        // Take what else is ready now too: one compile for a burst.
+        let mut batch = vec![first];
+        while let Some(Some(more)) = changes.next().now_or_never() {
+            batch.push(more);
+        }
+        for change in batch {
+            match change {
+                Ok(Change::Service(ev)) => s.apply(ev),
+                Ok(Change::Endpoint(ev)) => e.apply(ev),
+                Ok(Change::Secret(ev)) => k.apply(ev),
+                Err(error) => tracing::warn!("watch failed, retrying: {error}"),
+            }
+        }
+        if !(s.listed && e.listed && k.listed) {
+            continue;
+        }
+        let objects = Objects {
+            services: s.objects.values().cloned().collect(),
+            endpoints: e.objects.values().cloned().collect(),
+            secrets: k.objects.values().cloned().collect(),
+            ignored: 0,
+        };
+        let inputs = routing_inputs(&objects);
+        if published.as_ref() == Some(&inputs) {
+            continue;
+        }
+        let started = Instant::now();
+        for reason in publish(&gateway, &objects) {
+            tracing::warn!("left out: {reason}");
+        }
+        tracing::info!(
+            services = objects.services.len(),
+            endpoints = objects.endpoints.len(),
+            took_us = started.elapsed().as_micros() as u64,
+            "routing table published"
+        );
+        published = Some(inputs);
+    }
+}
