@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -30,6 +31,12 @@ fn condition(object: &Value, type_: &str) -> Option<String> {
 }
 
 fn fleet(server: &Server) {
+    fleet_through(server, None);
+}
+
+/// The fleet, with the workload cluster reached at `through` (a proxy's
+/// `https://host:port`) instead of the server's own address.
+fn fleet_through(server: &Server, through: Option<&str>) {
     server.apply(
         None,
         &String::from_utf8(
@@ -153,7 +160,10 @@ fn fleet(server: &Server) {
         Some("edge"),
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: modelplane-system\n",
     );
-    let kubeconfig = server.logical_kubeconfig("edge");
+    let mut kubeconfig = server.logical_kubeconfig("edge");
+    if let Some(through) = through {
+        kubeconfig = kubeconfig.replace(&server.url, through);
+    }
     let secret = serde_json::json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": { "name": "edge-kubeconfig", "namespace": "modelplane-system" },
@@ -857,4 +867,295 @@ fn election_steps(server: &Server) {
         (replica_count(server) == 1).then_some(())
     });
     let _ = a.0.kill();
+}
+
+/// A TCP proxy to `target` that can stop answering: while down, every
+/// connection is cut and new ones are closed at once, as a cluster whose
+/// API server went away.
+struct Proxy {
+    port: u16,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    fn start(target: std::net::SocketAddr) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = up.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if !flag.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(upstream) = std::net::TcpStream::connect(target) else {
+                    continue;
+                };
+                for (from, to) in [
+                    (client.try_clone(), upstream.try_clone()),
+                    (upstream.try_clone(), client.try_clone()),
+                ] {
+                    let (Ok(mut from), Ok(mut to)) = (from, to) else {
+                        continue;
+                    };
+                    let flag = flag.clone();
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let _ = from.set_read_timeout(Some(Duration::from_millis(100)));
+                        let mut buf = [0u8; 16384];
+                        while flag.load(Ordering::SeqCst) {
+                            match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => {
+                                    if to.write_all(&buf[..n]).is_err() {
+                                        break;
+                                    }
+                                }
+                                Err(e)
+                                    if e.kind() == std::io::ErrorKind::WouldBlock
+                                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Proxy { port, up }
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.store(up, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `kind`/`name` → uid of every object `args` lists.
+fn uids(server: &Server, cluster: Option<&str>, args: &[&str]) -> BTreeMap<String, String> {
+    get_json(server, cluster, args)
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .map(|o| {
+            (
+                format!(
+                    "{}/{}",
+                    o["kind"].as_str().unwrap_or_default(),
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                ),
+                o["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_unreachable_cluster_or_a_lost_provider_config_deletes_nothing_and_the_fleet_converges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let address: std::net::SocketAddr = server
+        .url
+        .trim_start_matches("https://")
+        .parse()
+        .expect("the server's address");
+    let proxy = Proxy::start(address);
+    fleet_through(&server, Some(&format!("https://127.0.0.1:{}", proxy.port)));
+    server.apply(None, &DEPLOYMENT.replace("REPLICAS", "2"));
+    let _controller = controller(&server);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| platform(&server, &stop, "10.0.0.7"));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            fault_steps(&server, &proxy);
+        }));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+fn serving(server: &Server) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let control = uids(
+        server,
+        None,
+        &["get", "modelreplicas,modelendpoints", "-n", "ml-team"],
+    );
+    let cluster = uids(
+        server,
+        Some("edge"),
+        &[
+            "get",
+            "deployments,services,configmaps,inferencepools",
+            "-n",
+            "ml-team",
+        ],
+    );
+    (control, cluster)
+}
+
+fn fault_steps(server: &Server, proxy: &Proxy) {
+    // The engines' workloads become Available: everything serves.
+    let workloads = wait_for("both replicas' workloads", WAIT, || {
+        let found = names(
+            server,
+            Some("edge"),
+            &["get", "deployments", "-n", "ml-team"],
+        );
+        (found.len() == 4).then_some(found)
+    });
+    for workload in &workloads {
+        server.kubectl_in(
+            Some("edge"),
+            &[
+                "patch",
+                workload,
+                "-n",
+                "ml-team",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#,
+            ],
+            None,
+        );
+    }
+    let replicas = names(server, None, &["get", "modelreplicas", "-n", "ml-team"]);
+    wait_for("both replicas Ready", WAIT, || {
+        replicas
+            .iter()
+            .all(|r| {
+                get_json(server, None, &["get", r, "-n", "ml-team"])
+                    .and_then(|o| condition(&o, "Ready"))
+                    .as_deref()
+                    == Some("True")
+            })
+            .then_some(())
+    });
+    wait_for("two ModelEndpoints", WAIT, || {
+        (names(server, None, &["get", "modelendpoints", "-n", "ml-team"]).len() == 2).then_some(())
+    });
+    let before = serving(server);
+    assert_eq!(before.0.len(), 4, "{before:?}");
+
+    // The cluster's API stops answering. A change that needs it (an engine
+    // argument) cannot be applied there: the replicas say why, and nothing
+    // anywhere is deleted.
+    proxy.set_up(false);
+    server.kubectl(&[
+        "patch", "md", "qwen3-8b", "-n", "ml-team", "--type=json", "-p",
+        r#"[{"op":"add","path":"/spec/template/spec/engines/0/members/0/template/spec/containers/0/args/-","value":"--max-model-len=8192"}]"#,
+    ]);
+    let said = wait_for(
+        "the replicas to say their cluster cannot be written",
+        WAIT,
+        || {
+            let r = get_json(server, None, &["get", &replicas[0], "-n", "ml-team"])?;
+            let synced = r["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Synced")?
+                .clone();
+            (synced["status"] == "False").then_some(synced)
+        },
+    );
+    assert!(
+        said["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("cluster edge")),
+        "{said}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        serving(server),
+        before,
+        "nothing was deleted or replaced while the cluster was away"
+    );
+    let r = get_json(server, None, &["get", &replicas[0], "-n", "ml-team"]).expect("replica");
+    assert_eq!(
+        condition(&r, "Ready").as_deref(),
+        Some("True"),
+        "what serves stays Ready"
+    );
+
+    // It comes back: the change lands, everything converges, same objects.
+    proxy.set_up(true);
+    wait_for("the replicas synced again", WAIT, || {
+        replicas
+            .iter()
+            .all(|r| {
+                get_json(server, None, &["get", r, "-n", "ml-team"])
+                    .and_then(|o| condition(&o, "Synced"))
+                    .as_deref()
+                    == Some("True")
+            })
+            .then_some(())
+    });
+    assert_eq!(
+        serving(server),
+        before,
+        "the fleet converged without replacing what serves"
+    );
+
+    // A provider config disappears: the stack holds (its releases stay),
+    // the config is composed again.
+    let releases = uids(
+        server,
+        None,
+        &[
+            "get",
+            "releases.helm.m.crossplane.io",
+            "-n",
+            "modelplane-system",
+        ],
+    );
+    assert!(!releases.is_empty());
+    let configs = names(
+        server,
+        None,
+        &[
+            "get",
+            "providerconfigs.helm.m.crossplane.io",
+            "-n",
+            "modelplane-system",
+        ],
+    );
+    let config = configs.first().expect("a helm provider config").clone();
+    server.kubectl(&["delete", &config, "-n", "modelplane-system"]);
+    wait_for("the provider config composed again", WAIT, || {
+        names(
+            server,
+            None,
+            &[
+                "get",
+                "providerconfigs.helm.m.crossplane.io",
+                "-n",
+                "modelplane-system",
+            ],
+        )
+        .contains(&config)
+        .then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        uids(
+            server,
+            None,
+            &[
+                "get",
+                "releases.helm.m.crossplane.io",
+                "-n",
+                "modelplane-system"
+            ]
+        ),
+        releases,
+        "no release was deleted or replaced"
+    );
+    assert_eq!(serving(server), before);
 }
