@@ -474,6 +474,14 @@ fn steps(server: &Server, data_plane: &DataPlane) {
         .then_some(())
     });
 
+    // A class has nothing to compose: it is Accepted, and Ready.
+    let class = get_json(server, None, &["get", "inferenceclass", "l4"]).expect("class");
+    assert_eq!(
+        condition(&class, "Ready").as_deref(),
+        Some("True"),
+        "{class}"
+    );
+
     // Two ModelReplicas on the control plane, owned by the deployment.
     let replicas = wait_for("two ModelReplicas", WAIT, || {
         let found = names(server, None, &["get", "modelreplicas", "-n", "ml-team"]);

@@ -226,19 +226,25 @@ impl World {
     }
 
     /// Whether every object of `composition` is observed and ready by its
-    /// rule — Crossplane's `Ready` of the composed-for object. An empty
-    /// composition is not ready. Shared objects (a team's namespace) are
-    /// not the subject's own and do not count.
+    /// rule — Crossplane's `Ready` of the composed-for object. A composition
+    /// with nothing to compose (an InferenceClass, the built-in gateway) is
+    /// ready when it does not hold and every condition it states is True;
+    /// so a deployment scaled to nothing is not. Shared objects (a team's
+    /// namespace) are not the subject's own and do not count.
     pub fn all_ready(&self, composition: &Composition) -> bool {
-        !composition.desired.is_empty()
-            && composition
-                .desired
-                .iter()
-                .filter(|d| d.object["metadata"]["annotations"][labels::SHARED] != "true")
-                .all(|d| {
-                    self.observed(d)
-                        .is_some_and(|observed| d.ready_when.is_met(observed))
-                })
+        if composition.desired.is_empty() {
+            return !composition.hold
+                && !composition.conditions.is_empty()
+                && composition.conditions.iter().all(|c| c.status == "True");
+        }
+        composition
+            .desired
+            .iter()
+            .filter(|d| d.object["metadata"]["annotations"][labels::SHARED] != "true")
+            .all(|d| {
+                self.observed(d)
+                    .is_some_and(|observed| d.ready_when.is_met(observed))
+            })
     }
 
     /// The composition for `subject`, or `None` when the object is gone.
@@ -594,6 +600,27 @@ mod tests {
         };
         assert!(bound.is_met(&pvc));
         assert!(ReadinessRule::Created.is_met(&json!({})));
+    }
+
+    #[test]
+    fn a_composition_with_nothing_to_compose_is_ready_by_its_conditions() {
+        let world = World::default();
+        assert!(world.all_ready(&crate::compose_inference_class()));
+        let scaled_to_nothing = Composition {
+            conditions: vec![crate::Condition::new(
+                "ReplicasScheduled",
+                false,
+                "NoReplicasScheduled",
+                "",
+            )],
+            ..Composition::default()
+        };
+        assert!(!world.all_ready(&scaled_to_nothing));
+        let holding = Composition {
+            hold: true,
+            ..crate::compose_inference_class()
+        };
+        assert!(!world.all_ready(&holding));
     }
 
     #[test]
