@@ -1,0 +1,625 @@
+//! The controller's benchmark (issue 13's targets), against the real
+//! binaries: `modelplane apiserver` holds the control plane and every
+//! workload cluster (Existing clusters, each a logical cluster reached
+//! through its kubeconfig Secret); `modelplane controller` reconciles; this
+//! harness plays Crossplane's Helm releases and each cluster's Gateway (as
+//! the controller test does), then measures:
+//! 1. from creating the deployments to every engine workload applied on
+//!    its cluster (100 clusters × 8 pools, 100 deployments, 1,000 replicas);
+//! 2. the controller idle afterwards: CPU over 60 s and resident memory;
+//! 3. one changed deployment reflected on its clusters, p50 of several.
+//!
+//! `cargo build --release -p modelplane && cargo run --release -p controller-bench`
+//! (`CLUSTERS`, `DEPLOYMENTS`, `REPLICAS`, `IDLE_SECONDS` to scale it down).
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures_util::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Config};
+use serde_json::{Value, json};
+
+const POOLS: usize = 8;
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn binary() -> anyhow::Result<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane");
+    if !path.exists() {
+        bail!(
+            "{} is missing: cargo build --release -p modelplane first",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn crd(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": { "name": format!("{plural}.{group}") },
+        "spec": { "group": group, "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "names": { "plural": plural, "singular": kind.to_lowercase(), "kind": kind },
+            "versions": [{ "name": version, "served": true, "storage": true,
+                "subresources": { "status": {} },
+                "schema": { "openAPIV3Schema": { "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true } } }] }
+    })
+}
+
+const CONTROL_KINDS: [(&str, &str, &str, &str, bool); 6] = [
+    (
+        "kubernetes.m.crossplane.io",
+        "v1alpha1",
+        "ClusterProviderConfig",
+        "clusterproviderconfigs",
+        false,
+    ),
+    (
+        "kubernetes.m.crossplane.io",
+        "v1alpha1",
+        "ProviderConfig",
+        "providerconfigs",
+        true,
+    ),
+    (
+        "helm.m.crossplane.io",
+        "v1beta1",
+        "ProviderConfig",
+        "providerconfigs",
+        true,
+    ),
+    (
+        "helm.m.crossplane.io",
+        "v1beta1",
+        "Release",
+        "releases",
+        true,
+    ),
+    (
+        "protection.crossplane.io",
+        "v1beta1",
+        "Usage",
+        "usages",
+        true,
+    ),
+    (
+        "protection.crossplane.io",
+        "v1beta1",
+        "ClusterUsage",
+        "clusterusages",
+        false,
+    ),
+];
+
+const CLUSTER_KINDS: [(&str, &str, &str, &str, bool); 6] = [
+    (
+        "inference.networking.k8s.io",
+        "v1",
+        "InferencePool",
+        "inferencepools",
+        true,
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "v1",
+        "HTTPRoute",
+        "httproutes",
+        true,
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "v1",
+        "Gateway",
+        "gateways",
+        true,
+    ),
+    (
+        "gateway.networking.k8s.io",
+        "v1",
+        "GatewayClass",
+        "gatewayclasses",
+        false,
+    ),
+    (
+        "gateway.envoyproxy.io",
+        "v1alpha1",
+        "EnvoyProxy",
+        "envoyproxies",
+        true,
+    ),
+    (
+        "llm-d.ai",
+        "v1alpha1",
+        "EndpointPickerConfig",
+        "endpointpickerconfigs",
+        true,
+    ),
+];
+
+async fn apply(client: &Client, object: &Value) -> anyhow::Result<()> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+            Api::namespaced_with(client.clone(), ns, &ar)
+        }
+        _ => Api::all_with(client.clone(), &ar),
+    };
+    api.patch(
+        name,
+        &PatchParams::apply("bench").force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .with_context(|| format!("applying {kind} {name}"))?;
+    Ok(())
+}
+
+async fn client_for(kubeconfig: &str) -> anyhow::Result<Client> {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig)?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+struct Fleet {
+    root: Client,
+    clusters: Vec<Client>,
+}
+
+async fn build_fleet(
+    kubeconfig: &str,
+    kubeconfig_path: &Path,
+    url: &str,
+    clusters: usize,
+) -> anyhow::Result<Fleet> {
+    let root = client_for(kubeconfig).await?;
+    // Modelplane's CRDs, as a user installs them.
+    let installed = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} crds | kubectl --kubeconfig {} apply --server-side -f - >/dev/null",
+            binary()?.display(),
+            kubeconfig_path.display()
+        ))
+        .status()?;
+    if !installed.success() {
+        bail!("installing the CRDs failed");
+    }
+    for (g, v, k, p, n) in CONTROL_KINDS {
+        apply(&root, &crd(g, v, k, p, n)).await?;
+    }
+    for ns in ["modelplane-system", "ml-team"] {
+        apply(
+            &root,
+            &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } }),
+        )
+        .await?;
+    }
+    for p in 0..POOLS {
+        apply(
+            &root,
+            &json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceClass",
+                "metadata": { "name": format!("pool-{p}") },
+                "spec": { "devices": [{ "name": "gpu", "driver": "gpu.nvidia.com",
+                    "deviceClassName": "gpu.nvidia.com", "count": 1,
+                    "capacity": { "memory": { "value": "23034Mi" } } }] } }),
+        )
+        .await?;
+    }
+    let mut clients = Vec::new();
+    for c in 0..clusters {
+        let name = format!("c{c}");
+        apply(
+            &root,
+            &json!({ "apiVersion": "tenancy.modelplane.ai/v1alpha1", "kind": "LogicalCluster",
+                     "metadata": { "name": name } }),
+        )
+        .await?;
+        let logical = kubeconfig.replace(
+            &format!("server: {url}"),
+            &format!("server: {url}/clusters/{name}"),
+        );
+        let cluster = client_for(&logical).await?;
+        for (g, v, k, p, n) in CLUSTER_KINDS {
+            apply(&cluster, &crd(g, v, k, p, n)).await?;
+        }
+        apply(
+            &cluster,
+            &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "modelplane-system" } }),
+        )
+        .await?;
+        apply(
+            &root,
+            &json!({ "apiVersion": "v1", "kind": "Secret",
+                "metadata": { "name": format!("{name}-kubeconfig"), "namespace": "modelplane-system" },
+                "stringData": { "kubeconfig": logical } }),
+        )
+        .await?;
+        let pools: Vec<Value> = (0..POOLS)
+            .map(|p| json!({ "name": format!("p{p}"), "className": format!("pool-{p}"), "nodeCount": 2 }))
+            .collect();
+        apply(
+            &root,
+            &json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceCluster",
+                "metadata": { "name": name },
+                "spec": { "stack": "Standard",
+                    "cluster": { "source": "Existing", "existing": { "secretRef": { "name": format!("{name}-kubeconfig") } } },
+                    "nodePools": pools } }),
+        )
+        .await?;
+        clients.push(cluster);
+    }
+    Ok(Fleet {
+        root,
+        clusters: clients,
+    })
+}
+
+/// Plays Crossplane and the clusters' gateway controllers until stopped:
+/// Releases Ready (their namespaces created on every cluster, as Helm does),
+/// GatewayClasses Accepted, Gateways with an address.
+async fn platform(fleet: &Fleet, stop: tokio::sync::watch::Receiver<bool>) {
+    let releases: Api<DynamicObject> = Api::namespaced_with(
+        fleet.root.clone(),
+        "modelplane-system",
+        &resource("helm.m.crossplane.io", "v1beta1", "Release", "releases"),
+    );
+    let ready = json!({ "status": { "conditions": [
+        { "type": "Ready", "status": "True", "reason": "Available" },
+        { "type": "Synced", "status": "True", "reason": "ReconcileSuccess" } ] } });
+    let mut namespaces: BTreeSet<String> = BTreeSet::new();
+    let mut done: BTreeSet<String> = BTreeSet::new();
+    while !*stop.borrow() {
+        if let Ok(list) = releases.list(&ListParams::default()).await {
+            for release in list.items {
+                let name = release.metadata.name.clone().unwrap_or_default();
+                if let Some(ns) = release.data["spec"]["forProvider"]["namespace"].as_str()
+                    && namespaces.insert(ns.to_string())
+                {
+                    for cluster in &fleet.clusters {
+                        let _ = apply(cluster, &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": ns } })).await;
+                    }
+                }
+                if done.insert(name.clone()) {
+                    let _ = releases
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&ready))
+                        .await;
+                }
+            }
+        }
+        for (i, cluster) in fleet.clusters.iter().enumerate() {
+            let key = format!("gateway-{i}");
+            if done.contains(&key) {
+                continue;
+            }
+            let classes: Api<DynamicObject> = Api::all_with(
+                cluster.clone(),
+                &resource(
+                    "gateway.networking.k8s.io",
+                    "v1",
+                    "GatewayClass",
+                    "gatewayclasses",
+                ),
+            );
+            let gateways: Api<DynamicObject> = Api::namespaced_with(
+                cluster.clone(),
+                "modelplane-system",
+                &resource("gateway.networking.k8s.io", "v1", "Gateway", "gateways"),
+            );
+            let (Ok(cl), Ok(gw)) = (
+                classes.list(&ListParams::default()).await,
+                gateways.list(&ListParams::default()).await,
+            ) else {
+                continue;
+            };
+            if cl.items.is_empty() || gw.items.is_empty() {
+                continue;
+            }
+            for class in cl.items {
+                let _ = classes
+                    .patch_status(
+                        &class.metadata.name.unwrap_or_default(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "status": { "conditions": [{ "type": "Accepted", "status": "True" }] } })),
+                    )
+                    .await;
+            }
+            for gateway in gw.items {
+                let _ = gateways
+                    .patch_status(
+                        &gateway.metadata.name.unwrap_or_default(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "status": { "addresses": [{ "type": "IPAddress", "value": format!("10.0.{}.{}", i / 250, i % 250 + 1) }] } })),
+                    )
+                    .await;
+            }
+            done.insert(key);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+fn deployment(name: &str, replicas: usize, max_len: usize) -> Value {
+    json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment",
+        "metadata": { "name": name, "namespace": "ml-team" },
+        "spec": { "replicas": replicas, "template": { "spec": { "engines": [{ "name": "engine",
+            "members": [{ "role": "Standalone",
+                "nodeSelector": { "devices": [{ "name": "gpu", "selectors": [{ "cel": "device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"20Gi\")) >= 0" }] }] },
+                "template": { "spec": { "containers": [{ "name": "engine", "image": "vllm/vllm-openai:v0.23.0",
+                    "args": [format!("--model=Qwen/{name}"), format!("--max-model-len={max_len}")] }] } } }] }] } } } })
+}
+
+/// Engine workloads (labelled with a deployment) on every cluster, by
+/// `cluster/name` → their `--max-model-len` argument.
+async fn workloads(fleet: &Fleet) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, cluster) in fleet.clusters.iter().enumerate() {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            cluster.clone(),
+            "ml-team",
+            &resource("apps", "v1", "Deployment", "deployments"),
+        );
+        let Ok(list) = api
+            .list(&ListParams::default().labels("modelplane.ai/owner-uid"))
+            .await
+        else {
+            continue;
+        };
+        // The engines' Deployments (their pods carry the workload label),
+        // not the endpoint pickers'.
+        for d in list.items.into_iter().filter(|d| {
+            d.data["spec"]["template"]["metadata"]["labels"]["modelplane.ai/workload"].is_string()
+        }) {
+            let args = d.data["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+            out.push((
+                format!("c{i}/{}", d.metadata.name.unwrap_or_default()),
+                args,
+            ));
+        }
+    }
+    out
+}
+
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0.0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let (clusters, deployments, replicas) = (
+        env("CLUSTERS", 100),
+        env("DEPLOYMENTS", 100),
+        env("REPLICAS", 10),
+    );
+    let idle = env("IDLE_SECONDS", 60);
+    let dir = std::env::temp_dir().join(format!("controller-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut server = Command::new(binary()?)
+        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().context("stdout")?).read_line(&mut line)?;
+    let _server = Killed(server);
+    let url = line
+        .strip_prefix("serving on ")
+        .and_then(|r| r.split(';').next())
+        .context("the server's ready line")?
+        .to_string();
+    let kubeconfig_path = dir.join("kubeconfig");
+    let kubeconfig = std::fs::read_to_string(&kubeconfig_path)?;
+
+    let started = Instant::now();
+    let fleet = build_fleet(&kubeconfig, &kubeconfig_path, &url, clusters).await?;
+    println!(
+        "fleet of {clusters} clusters × {POOLS} pools declared in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let controller = Killed(
+        Command::new(binary()?)
+            .args(["controller", "--no-leader-election", "--kubeconfig"])
+            .arg(&kubeconfig_path)
+            .env(
+                "RUST_LOG",
+                std::env::var("CONTROLLER_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            .spawn()?,
+    );
+    let pid = controller.0.id();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let platform_task = {
+        let fleet = Fleet {
+            root: fleet.root.clone(),
+            clusters: fleet.clusters.clone(),
+        };
+        tokio::spawn(async move { platform(&fleet, stopped).await })
+    };
+    let ics: Api<DynamicObject> = Api::all_with(
+        fleet.root.clone(),
+        &resource(
+            "modelplane.ai",
+            "v1alpha1",
+            "InferenceCluster",
+            "inferenceclusters",
+        ),
+    );
+    let ready_at = Instant::now();
+    loop {
+        let list = ics.list(&ListParams::default()).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|c| {
+                c.data["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|k| k["type"] == "Ready" && k["status"] == "True")
+                    && c.data["status"]["gateway"]["address"].is_string()
+            })
+            .count();
+        if ready == clusters {
+            break;
+        }
+        if ready_at.elapsed() > Duration::from_secs(600) {
+            bail!("only {ready} of {clusters} clusters Ready after 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!(
+        "every cluster Ready with its stack in {:.1} s",
+        ready_at.elapsed().as_secs_f64()
+    );
+
+    // 1. Deployments → every engine workload applied.
+    let mds: Api<DynamicObject> = Api::namespaced_with(
+        fleet.root.clone(),
+        "ml-team",
+        &resource(
+            "modelplane.ai",
+            "v1alpha1",
+            "ModelDeployment",
+            "modeldeployments",
+        ),
+    );
+    let applied_at = Instant::now();
+    futures_util::stream::iter(0..deployments)
+        .for_each_concurrent(8, |d| {
+            let mds = mds.clone();
+            async move {
+                let object: DynamicObject =
+                    serde_json::from_value(deployment(&format!("model-{d}"), replicas, 4096))
+                        .expect("md");
+                if let Err(e) = mds.create(&PostParams::default(), &object).await {
+                    eprintln!("creating model-{d}: {e}");
+                }
+            }
+        })
+        .await;
+    let wanted = deployments * replicas;
+    loop {
+        let found = workloads(&fleet).await.len();
+
+        if found >= wanted {
+            break;
+        }
+        if applied_at.elapsed() > Duration::from_secs(240) {
+            bail!("only {found} of {wanted} engine workloads after 4 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let to_all = applied_at.elapsed();
+    println!(
+        "{deployments} deployments, {wanted} replicas: every engine workload applied on its cluster {:.1} s after the create (target ≤ 30 s)",
+        to_all.as_secs_f64()
+    );
+
+    // 2. Idle.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (cpu0, wall0) = (cpu_seconds(pid), Instant::now());
+    tokio::time::sleep(Duration::from_secs(idle as u64)).await;
+    let cpu = (cpu_seconds(pid) - cpu0) / wall0.elapsed().as_secs_f64() * 100.0;
+    println!(
+        "controller idle over {idle} s: CPU {cpu:.2}% (target ≤ 1%), resident memory {:.0} MiB (target ≤ 300 MB)",
+        rss_mib(pid)
+    );
+
+    // 3. One changed deployment reflected on its clusters.
+    let mut latencies = Vec::new();
+    for round in 0..7 {
+        let name = format!("model-{}", round % deployments);
+        let max_len = 8192 + round;
+        let start = Instant::now();
+        mds.patch(
+            &name,
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(deployment(&name, replicas, max_len)),
+        )
+        .await?;
+        let needle = format!("--max-model-len={max_len}");
+        loop {
+            let updated = workloads(&fleet)
+                .await
+                .iter()
+                .filter(|(_, args)| args.contains(&needle))
+                .count();
+            if updated >= replicas {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!("{name}'s change reached {updated} of {replicas} workloads in 60 s");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        latencies.push(start.elapsed().as_secs_f64() * 1000.0);
+    }
+    latencies.sort_by(f64::total_cmp);
+    println!(
+        "one changed deployment ({replicas} replicas) reflected on every cluster it runs on: p50 {:.0} ms, max {:.0} ms over {} changes (target p50 ≤ 200 ms; includes polling {clusters} clusters)",
+        latencies[latencies.len() / 2],
+        latencies.last().copied().unwrap_or_default(),
+        latencies.len()
+    );
+    let _ = stop.send(true);
+    let _ = platform_task.await;
+    drop(controller);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
