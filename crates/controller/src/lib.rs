@@ -10,7 +10,7 @@
 //! and a status patch only when the status changed. Every write Modelplane
 //! makes is labelled `modelplane.ai/owner-uid` with the uid of the object
 //! it was composed for (owner references cannot cross clusters). Every task
-//! belongs to the [`supervisor::Supervisor`].
+//! belongs to the [`Supervisor`].
 
 pub mod clusters;
 pub mod events;
@@ -20,7 +20,6 @@ pub mod metrics;
 pub mod queue;
 pub mod reconcile;
 pub mod status;
-pub mod supervisor;
 pub mod target;
 pub mod watch;
 
@@ -33,7 +32,7 @@ use modelplane_compose::world::{ObjectRef, Subject};
 
 use crate::index::{Index, Kind};
 use crate::queue::Queue;
-use crate::supervisor::Supervisor;
+use modelplane_supervisor::Supervisor;
 use crate::target::Connection;
 use crate::watch::Watched;
 
