@@ -11,6 +11,7 @@ pub mod crd;
 pub mod discovery;
 pub mod gc;
 pub mod http;
+pub mod jsonpath;
 pub mod keyspace;
 pub mod namespaces;
 pub mod object;

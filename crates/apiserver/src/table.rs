@@ -68,8 +68,22 @@ fn columns(resource: &Resource) -> Vec<Column> {
     }]
 }
 
+/// A column's cell: its JSONPath's only match as is, several joined by
+/// spaces (as client-go prints them), none as null.
 fn cell(object: &Value, column: &Column, now: jiff::Timestamp) -> Value {
-    match (at(object, &column.json_path), column.type_.as_str()) {
+    let found = crate::jsonpath::find(object, &column.json_path);
+    let one = match found.as_slice() {
+        [] => None,
+        [one] => Some(*one),
+        many => {
+            let text: Vec<String> = many
+                .iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect();
+            return json!(text.join(" "));
+        }
+    };
+    match (one, column.type_.as_str()) {
         (None | Some(Value::Null), _) => Value::Null,
         (Some(Value::String(s)), "date") => json!(age(s, now)),
         (Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))), _) => v.clone(),
@@ -110,6 +124,29 @@ pub fn table(resource: &Resource, items: &[Value], resource_version: &str) -> Va
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Crossplane's managed-resource columns (`kubectl get managed`).
+    #[test]
+    fn filtered_and_escaped_column_paths_fill_their_cells() {
+        let column = |path: &str| Column {
+            name: "C".into(),
+            type_: "string".into(),
+            json_path: path.into(),
+            description: String::new(),
+            priority: 0,
+        };
+        let object = json!({
+            "metadata": { "annotations": { "crossplane.io/external-name": "vpc-1" } },
+            "status": { "conditions": [{ "type": "Synced", "status": "True" }, { "type": "Ready", "status": "False" }] },
+        });
+        let now = jiff::Timestamp::now();
+        let ready = column(".status.conditions[?(@.type=='Ready')].status");
+        assert_eq!(cell(&object, &ready, now), json!("False"));
+        let external = column(r".metadata.annotations.crossplane\.io/external-name");
+        assert_eq!(cell(&object, &external, now), json!("vpc-1"));
+        let types = column(".status.conditions[*].type");
+        assert_eq!(cell(&object, &types, now), json!("Synced Ready"));
+    }
 
     #[test]
     fn ages_read_as_kubectl_prints_them() {
