@@ -15,6 +15,7 @@ mod providers;
 mod recipes;
 mod render;
 mod schedule;
+mod sim;
 mod validate;
 
 use std::process::ExitCode;
@@ -64,6 +65,8 @@ enum Command {
     Gateway(gateway::GatewayArgs),
     /// Serve a fake OpenAI-compatible engine (for tests, benchmarks and demos).
     EngineSim(engine_sim::EngineSimArgs),
+    /// Run the simulated fleet: clouds, Crossplane, workload clusters, GPU nodes.
+    Sim(sim::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +89,7 @@ fn main() -> ExitCode {
         Command::Gateway(args) => report(gateway::run(&args)),
         Command::Controller(args) => report(controller::run(&args)),
         Command::EngineSim(args) => report(engine_sim::run(&args)),
+        Command::Sim(args) => report(sim::run(&args)),
         Command::Providers(args) => match providers::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

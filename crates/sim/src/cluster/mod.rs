@@ -1,0 +1,309 @@
+//! Simulated workload clusters: each a logical cluster of the API server
+//! (`/clusters/<name>`), reached through its kubeconfig, with the nodes its
+//! cloud pools bring and the in-cluster controllers its Helm releases start.
+
+pub mod envoy;
+pub mod nodes;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::Kubeconfig;
+use modelplane_supervisor::{Scope, Supervisor};
+use serde_json::json;
+
+use crate::client::{self, Kind, builtin};
+use crate::cloud::Pool;
+use crate::helm::{self, Chart, Controller};
+use crate::profile::Profile;
+
+/// Field manager of what the simulated kubelets and cloud node agents write.
+const NODE_MANAGER: &str = "kubelet";
+/// Field manager of what Helm installs.
+const HELM_MANAGER: &str = "helm";
+
+/// The `LogicalCluster` kind of the embedded API server.
+fn logical_cluster() -> Kind {
+    Kind::new(
+        "tenancy.modelplane.ai/v1alpha1",
+        "LogicalCluster",
+        "logicalclusters",
+        false,
+    )
+}
+
+/// Every workload cluster the simulator runs controllers in.
+pub struct Workloads {
+    supervisor: Supervisor,
+    profile: Profile,
+    by_server: Mutex<HashMap<String, Arc<Workload>>>,
+    by_name: Mutex<BTreeMap<String, Arc<Workload>>>,
+}
+
+impl Workloads {
+    /// None yet.
+    pub fn new(supervisor: Supervisor, profile: Profile) -> Arc<Workloads> {
+        Arc::new(Workloads {
+            supervisor,
+            profile,
+            by_server: Mutex::default(),
+            by_name: Mutex::default(),
+        })
+    }
+
+    /// The cluster the cloud created as `name`.
+    pub fn by_name(&self, name: &str) -> Option<Arc<Workload>> {
+        self.by_name.lock().ok()?.get(name).cloned()
+    }
+
+    /// The API server URL of cluster `name`.
+    pub fn server(&self, name: &str) -> Option<String> {
+        self.by_name(name).map(|w| w.server.clone())
+    }
+
+    /// Brings cluster `name` into being: a logical cluster next to the
+    /// control plane, served once its API answers.
+    pub async fn create(
+        &self,
+        control: &Client,
+        root: &Kubeconfig,
+        name: &str,
+    ) -> Result<Arc<Workload>, String> {
+        if let Some(existing) = self.by_name(name) {
+            return Ok(existing);
+        }
+        let object = json!({
+            "apiVersion": "tenancy.modelplane.ai/v1alpha1", "kind": "LogicalCluster",
+            "metadata": { "name": name },
+        });
+        client::create(control, &logical_cluster(), &object)
+            .await
+            .map_err(|e| format!("cannot create logical cluster {name}: {e}"))?;
+        let kubeconfig = client::logical_kubeconfig(root, name)?;
+        let workload = self.register(&kubeconfig, name).await?;
+        if let Ok(mut by_name) = self.by_name.lock() {
+            by_name.insert(name.to_string(), workload.clone());
+        }
+        Ok(workload)
+    }
+
+    /// The cluster a kubeconfig reaches (one the cloud created, or any
+    /// other cluster a Helm release is installed into).
+    pub async fn connect(&self, kubeconfig: &str) -> Result<Arc<Workload>, String> {
+        let parsed =
+            Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
+        let server = client::server(&parsed).ok_or("the kubeconfig names no server")?;
+        if let Some(existing) = self
+            .by_server
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&server).cloned())
+        {
+            return Ok(existing);
+        }
+        let name = server.rsplit('/').next().unwrap_or(&server).to_string();
+        self.register(kubeconfig, &name).await
+    }
+
+    async fn register(&self, kubeconfig: &str, name: &str) -> Result<Arc<Workload>, String> {
+        let parsed =
+            Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
+        let server = client::server(&parsed).ok_or("the kubeconfig names no server")?;
+        let client = client::connect(&parsed).await.map_err(|e| e.to_string())?;
+        wait_served(&client, name).await?;
+        let mut by_server = self.by_server.lock().map_err(|_| "poisoned")?;
+        if let Some(existing) = by_server.get(&server) {
+            return Ok(existing.clone());
+        }
+        let workload = Arc::new(Workload {
+            name: name.to_string(),
+            kubeconfig: kubeconfig.to_string(),
+            server: server.clone(),
+            client,
+            scope: self.supervisor.scope(),
+            profile: self.profile.clone(),
+            pools: Mutex::default(),
+            controllers: Mutex::default(),
+            edge: Mutex::default(),
+        });
+        by_server.insert(server, workload.clone());
+        tracing::info!(cluster = name, "workload cluster is up");
+        Ok(workload)
+    }
+
+    /// Tears cluster `name` down: its controllers stop, its logical cluster
+    /// (and everything in it) is deleted.
+    pub async fn delete(&self, control: &Client, name: &str) -> Result<(), String> {
+        let removed = self.by_name.lock().ok().and_then(|mut m| m.remove(name));
+        if let Some(workload) = removed {
+            workload.scope.stop();
+            if let Ok(mut by_server) = self.by_server.lock() {
+                by_server.remove(&workload.server);
+            }
+        }
+        client::delete(control, &logical_cluster(), None, name)
+            .await
+            .map_err(|e| format!("cannot delete logical cluster {name}: {e}"))?;
+        tracing::info!(cluster = name, "workload cluster deleted");
+        Ok(())
+    }
+}
+
+async fn wait_served(client: &Client, name: &str) -> Result<(), String> {
+    let namespaces = builtin::namespace().api(client, None);
+    let mut last = String::new();
+    for _ in 0..50 {
+        match namespaces.list(&Default::default()).await {
+            Ok(_) => return Ok(()),
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("cluster {name} does not answer: {last}"))
+}
+
+/// One simulated workload cluster.
+pub struct Workload {
+    /// Its name (the InferenceCluster's, for clusters the cloud created).
+    pub name: String,
+    /// Its kubeconfig, as its connection Secret carries it.
+    pub kubeconfig: String,
+    /// Its API server URL.
+    pub server: String,
+    client: Client,
+    scope: Scope,
+    /// Timings of what happens in it (image pulls, engine starts, weights).
+    pub profile: Profile,
+    /// Cloud resource name → the pool it brings.
+    pools: Mutex<BTreeMap<String, (Pool, &'static str)>>,
+    controllers: Mutex<BTreeSet<Controller>>,
+    /// The edge data plane, once Envoy Gateway runs.
+    edge: Mutex<Option<Arc<modelplane_gateway::proxy::Gateway>>>,
+}
+
+impl Workload {
+    /// The client its in-cluster controllers use.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The pool cloud resource `resource` brings has its nodes: nodes are
+    /// added up to its count and removed above it.
+    pub async fn set_pool(
+        &self,
+        resource: &str,
+        pool: Pool,
+        provider: &'static str,
+    ) -> Result<(), String> {
+        let previous = self
+            .pools
+            .lock()
+            .map_err(|_| "poisoned")?
+            .insert(resource.to_string(), (pool.clone(), provider));
+        let stamp = crate::fleet::timestamp();
+        let node_kind = builtin::node();
+        for index in 0..pool.count {
+            let node = nodes::node(&pool, resource, provider, index, &stamp);
+            let unchanged = previous
+                .as_ref()
+                .is_some_and(|(p, _)| p == &pool && index < p.count);
+            if unchanged {
+                continue;
+            }
+            let mut spec_only = node.clone();
+            if let Some(o) = spec_only.as_object_mut() {
+                o.remove("status");
+            }
+            client::apply(&self.client, &node_kind, &spec_only, NODE_MANAGER)
+                .await
+                .map_err(|e| e.to_string())?;
+            client::apply_status(
+                &self.client,
+                &node_kind,
+                &node,
+                &node["status"],
+                NODE_MANAGER,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        let old_count = previous.map_or(0, |(p, _)| p.count);
+        for index in pool.count..old_count {
+            client::delete(
+                &self.client,
+                &node_kind,
+                None,
+                &nodes::node_name(&pool.name, index),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The pool `resource` is gone, and its nodes with it.
+    pub async fn remove_pool(&self, resource: &str) -> Result<(), String> {
+        let removed = self.pools.lock().map_err(|_| "poisoned")?.remove(resource);
+        if let Some((pool, _)) = removed {
+            for index in 0..pool.count {
+                client::delete(
+                    &self.client,
+                    &builtin::node(),
+                    None,
+                    &nodes::node_name(&pool.name, index),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Installs `chart` into `namespace`: the namespace, the chart's CRDs,
+    /// and its controller, started once.
+    pub async fn install(
+        self: &Arc<Self>,
+        chart: &'static Chart,
+        namespace: &str,
+    ) -> Result<(), String> {
+        let ns =
+            json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": namespace } });
+        client::apply(&self.client, &builtin::namespace(), &ns, HELM_MANAGER)
+            .await
+            .map_err(|e| e.to_string())?;
+        for crd in chart.crds {
+            client::apply(
+                &self.client,
+                &builtin::crd(),
+                &helm::crd(*crd),
+                HELM_MANAGER,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        }
+        if let Some(controller) = chart.controller {
+            let fresh = self
+                .controllers
+                .lock()
+                .map_err(|_| "poisoned")?
+                .insert(controller);
+            if fresh {
+                self.start(controller);
+            }
+        }
+        Ok(())
+    }
+
+    fn start(self: &Arc<Self>, controller: Controller) {
+        let me = self.clone();
+        match controller {
+            Controller::EnvoyGateway => self.scope.spawn("sim-envoy-gateway", envoy::run(me)),
+            // Not simulated yet: their CRDs are served, nothing acts on them.
+            other => {
+                tracing::debug!(cluster = %self.name, controller = ?other, "controller not simulated yet")
+            }
+        }
+    }
+}

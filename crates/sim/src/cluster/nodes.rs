@@ -1,0 +1,138 @@
+//! The nodes a cloud pool brings, as the cloud's node images register them:
+//! the pool's labels and taints, the cloud's own labels, capacity from the
+//! machine type, and a kubelet posting Ready. Pure.
+
+use serde_json::{Value, json};
+
+use crate::cloud::Pool;
+
+/// CPU and memory of a machine type, as its cloud publishes them.
+fn machine(instance_type: &str) -> (u32, &'static str) {
+    match instance_type {
+        "g6.xlarge" => (4, "16Gi"),
+        "g6.12xlarge" => (48, "192Gi"),
+        "p5.48xlarge" | "p5e.48xlarge" | "p5en.48xlarge" => (192, "2048Gi"),
+        "p4d.24xlarge" => (96, "1152Gi"),
+        "m6i.xlarge" | "e2-standard-4" => (4, "16Gi"),
+        "a3-highgpu-8g" | "a3-megagpu-8g" => (208, "1872Gi"),
+        "Standard_ND96isr_H100_v5" => (96, "1900Gi"),
+        _ => (8, "32Gi"),
+    }
+}
+
+/// The label the cloud puts on a node naming its pool.
+fn cloud_pool_label(provider: &str) -> Option<&'static str> {
+    match provider {
+        "provider-aws-eks" => Some("eks.amazonaws.com/nodegroup"),
+        "provider-gcp-container" => Some("cloud.google.com/gke-nodepool"),
+        "provider-azure-containerservice" => Some("kubernetes.azure.com/agentpool"),
+        "provider-vultr" => Some("vke.vultr.com/node-pool"),
+        "provider-nebius" => Some("mk8s.nebius.ai/node-group"),
+        _ => None,
+    }
+}
+
+/// The name of node `index` of pool `pool`.
+pub fn node_name(pool: &str, index: u32) -> String {
+    format!("{pool}-node-{index}")
+}
+
+/// Node `index` of a pool, `resource` being the cloud resource's name,
+/// with its status (a kubelet that started and posts Ready).
+pub fn node(pool: &Pool, resource: &str, provider: &str, index: u32, timestamp: &str) -> Value {
+    let name = node_name(&pool.name, index);
+    let mut labels = json!({
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": pool.instance_type,
+    });
+    for (k, v) in &pool.labels {
+        labels[k] = json!(v);
+    }
+    if let Some(zone) =
+        (!pool.zones.is_empty()).then(|| &pool.zones[index as usize % pool.zones.len()])
+    {
+        labels["topology.kubernetes.io/zone"] = json!(zone);
+    }
+    if let Some(key) = cloud_pool_label(provider) {
+        labels[key] = json!(resource);
+    }
+    let taints: Vec<Value> = pool
+        .taints
+        .iter()
+        .map(|t| json!({ "key": t.key, "value": t.value, "effect": t.effect }))
+        .collect();
+    let (cpu, memory) = machine(&pool.instance_type);
+    let capacity = json!({ "cpu": cpu.to_string(), "memory": memory, "pods": "110", "ephemeral-storage": "500Gi" });
+    let condition = |type_: &str, status: &str, reason: &str, message: &str| {
+        json!({ "type": type_, "status": status, "reason": reason, "message": message,
+            "lastHeartbeatTime": timestamp, "lastTransitionTime": timestamp })
+    };
+    let mut spec = json!({ "providerID": format!("sim://{resource}/{name}") });
+    if !taints.is_empty() {
+        spec["taints"] = json!(taints);
+    }
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": name, "labels": labels },
+        "spec": spec,
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [
+                condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+                condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+                condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+            ],
+            "addresses": [
+                { "type": "InternalIP", "address": format!("10.0.{}.{}", index / 250, index % 250 + 2) },
+                { "type": "Hostname", "address": name },
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.34.1", "kubeProxyVersion": "v1.34.1",
+                "containerRuntimeVersion": "containerd://2.1.4", "operatingSystem": "linux",
+                "architecture": "amd64", "osImage": "Simulated Linux",
+                "kernelVersion": "6.1.0", "machineID": "", "systemUUID": "", "bootID": "",
+            },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cloud::Taint;
+
+    #[test]
+    fn a_gpu_pool_node_has_the_pools_labels_taints_and_the_clouds_own() {
+        let pool = Pool {
+            name: "h200".into(),
+            count: 2,
+            labels: [("modelplane.ai/pool".to_string(), "h200".to_string())].into(),
+            taints: vec![Taint {
+                key: "nvidia.com/gpu".into(),
+                value: "true".into(),
+                effect: "NoSchedule".into(),
+            }],
+            instance_type: "p5en.48xlarge".into(),
+            zones: vec!["us-east-1a".into()],
+        };
+        let node = node(&pool, "us-east-pool-h200-297ac", "provider-aws-eks", 1, "t");
+        assert_eq!(node["metadata"]["name"], "h200-node-1");
+        let labels = &node["metadata"]["labels"];
+        assert_eq!(labels["modelplane.ai/pool"], "h200");
+        assert_eq!(
+            labels["eks.amazonaws.com/nodegroup"],
+            "us-east-pool-h200-297ac"
+        );
+        assert_eq!(labels["topology.kubernetes.io/zone"], "us-east-1a");
+        assert_eq!(labels["node.kubernetes.io/instance-type"], "p5en.48xlarge");
+        assert_eq!(node["spec"]["taints"][0]["effect"], "NoSchedule");
+        assert_eq!(node["status"]["capacity"]["cpu"], "192");
+        assert_eq!(node["status"]["conditions"][3]["type"], "Ready");
+        assert_eq!(node["status"]["conditions"][3]["status"], "True");
+    }
+}

@@ -1,0 +1,823 @@
+//! The simulated clouds and Crossplane on the control plane: watches every
+//! Crossplane kind, moves each managed resource through the cloud's stage
+//! table ([`crate::cloud`]), brings workload clusters and their nodes into
+//! being, writes connection Secrets, installs Helm releases into workload
+//! clusters and reports each provider's health.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use kube::Client;
+use kube::api::DynamicObject;
+use kube::config::Kubeconfig;
+use kube::runtime::{WatchStreamExt, watcher};
+use modelplane_supervisor::Supervisor;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::client::{self, Kind as ApiKind, builtin};
+use crate::cloud::{self, Observation, Phase, Role};
+use crate::cluster::Workloads;
+use crate::crossplane::{self, KINDS};
+use crate::faults::Faults;
+use crate::helm;
+use crate::profile::Profile;
+
+/// Field manager of what the simulated Crossplane writes.
+pub const MANAGER: &str = "crossplane";
+/// Namespace of the simulated cloud credentials.
+const CREDENTIALS_NAMESPACE: &str = "crossplane-system";
+/// How often something blocked on what the sim does not watch is looked at again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What the fleet simulation needs.
+#[derive(Clone)]
+pub struct Config {
+    /// The control plane.
+    pub control: Client,
+    /// The control plane's kubeconfig (workload clusters' kubeconfigs are
+    /// derived from it: the same server, `/clusters/<name>`).
+    pub kubeconfig: Kubeconfig,
+    /// Timings.
+    pub profile: Profile,
+    /// Injected faults.
+    pub faults: Arc<Faults>,
+}
+
+/// An object the fleet tracks: index into [`KINDS`] (or [`SECRETS`]), namespace, name.
+type Key = (usize, String, String);
+
+/// Control-plane Secrets are watched too (kubeconfigs of Helm provider configs).
+const SECRETS: usize = usize::MAX;
+
+enum Change {
+    Apply(usize, Value),
+    Delete(usize, Value),
+    Relisting(usize),
+    Relisted(usize),
+}
+
+/// Runs the simulated clouds until the supervisor stops.
+pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workloads>) {
+    install(&config.control).await;
+    let (tx, mut rx) = mpsc::channel(1024);
+    for index in 0..KINDS.len() {
+        supervisor.spawn(
+            "sim-watch",
+            watch(config.control.clone(), index, tx.clone()),
+        );
+    }
+    supervisor.spawn("sim-watch", watch(config.control.clone(), SECRETS, tx));
+    let mut fleet = Fleet::new(config, workloads);
+    loop {
+        let wake = fleet.next_wake();
+        tokio::select! {
+            change = rx.recv() => {
+                let Some(change) = change else { return };
+                fleet.change(change);
+                while let Ok(more) = rx.try_recv() {
+                    fleet.change(more);
+                }
+            }
+            () = sleep_until(wake) => {}
+        }
+        fleet.step().await;
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Installs every Crossplane CRD and the simulated clouds' credentials.
+async fn install(control: &Client) {
+    for kind in KINDS {
+        let crd = crossplane::crd(kind);
+        while let Err(e) = client::apply(control, &builtin::crd(), &crd, MANAGER).await {
+            tracing::warn!(crd = %crd["metadata"]["name"], error = %e, "cannot install CRD; retrying");
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+    let namespace = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": CREDENTIALS_NAMESPACE } });
+    let _ = client::apply(control, &builtin::namespace(), &namespace, MANAGER).await;
+    // Each simulated cloud account: the `default` ClusterProviderConfig
+    // compose refers to, with credentials the simulated cloud accepts.
+    for family in ["aws", "gcp", "azure", "nebius", "vultr"] {
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": format!("sim-{family}-credentials"), "namespace": CREDENTIALS_NAMESPACE },
+            "stringData": { "credentials": format!("simulated {family} account") },
+        });
+        let config = json!({
+            "apiVersion": format!("{family}.m.upbound.io/v1beta1"),
+            "kind": "ClusterProviderConfig",
+            "metadata": { "name": "default" },
+            "spec": { "credentials": { "source": "Secret", "secretRef": {
+                "namespace": CREDENTIALS_NAMESPACE, "name": format!("sim-{family}-credentials"), "key": "credentials",
+            } } },
+        });
+        let kind = ApiKind::new(
+            &format!("{family}.m.upbound.io/v1beta1"),
+            "ClusterProviderConfig",
+            "clusterproviderconfigs",
+            false,
+        );
+        for _ in 0..30 {
+            let done = client::create(control, &builtin::secret(), &secret)
+                .await
+                .is_ok()
+                && client::create(control, &kind, &config).await.is_ok();
+            if done {
+                break;
+            }
+            // The CRD was just applied and may not be served yet.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn api_kind(index: usize) -> ApiKind {
+    if index == SECRETS {
+        return builtin::secret();
+    }
+    let k = &KINDS[index];
+    ApiKind::new(&k.api_version(), k.kind, k.plural, k.namespaced)
+}
+
+async fn watch(control: Client, index: usize, tx: mpsc::Sender<Change>) {
+    let api = api_kind(index).api(&control, None);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        let change = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                Change::Apply(index, value(o))
+            }
+            Ok(watcher::Event::Delete(o)) => Change::Delete(index, value(o)),
+            Ok(watcher::Event::Init) => Change::Relisting(index),
+            Ok(watcher::Event::InitDone) => Change::Relisted(index),
+            Err(e) => {
+                tracing::debug!(kind = ?api_kind(index).resource.kind, error = %e, "watch failed; retrying");
+                continue;
+            }
+        };
+        if tx.send(change).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn key_of(index: usize, object: &Value) -> Key {
+    (
+        index,
+        object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+fn group_label(object: &Value) -> Option<&str> {
+    object["metadata"]["labels"][modelplane_api::labels::CLUSTER].as_str()
+}
+
+/// What an object's step does besides its status.
+#[derive(Debug)]
+enum Effect {
+    /// The workload cluster `name` exists.
+    Cluster { name: String },
+    /// The workload cluster `name` is deleted.
+    ClusterGone { name: String },
+    /// The nodes of a pool exist in cluster `cluster`.
+    Pool {
+        cluster: String,
+        id: String,
+        pool: cloud::Pool,
+        provider: &'static str,
+    },
+    /// A pool's nodes are gone.
+    PoolGone { cluster: String, id: String },
+    /// The connection Secret of a resource is written.
+    Connection {
+        namespace: String,
+        name: String,
+        cluster: Option<String>,
+        kind: String,
+    },
+    /// A chart is installed into the cluster a kubeconfig reaches.
+    Release {
+        kubeconfig: String,
+        chart: &'static helm::Chart,
+        namespace: String,
+    },
+}
+
+/// One step to carry out.
+struct Work {
+    index: usize,
+    object: Value,
+    effect: Option<Effect>,
+    status: Option<Value>,
+}
+
+struct Fleet {
+    config: Config,
+    workloads: Arc<Workloads>,
+    epoch: Instant,
+    objects: BTreeMap<Key, Value>,
+    /// `(namespace, name)` → keys, for reference resolution.
+    names: HashMap<(String, String), Vec<Key>>,
+    relisting: HashMap<usize, BTreeSet<Key>>,
+    /// When each resource was first unblocked with its provider running.
+    since: HashMap<Key, Duration>,
+    wakes: BTreeMap<Duration, BTreeSet<Key>>,
+    dirty: BTreeSet<Key>,
+    gone: Vec<(usize, Value)>,
+}
+
+impl Fleet {
+    fn new(config: Config, workloads: Arc<Workloads>) -> Fleet {
+        Fleet {
+            config,
+            workloads,
+            epoch: Instant::now(),
+            objects: BTreeMap::new(),
+            names: HashMap::new(),
+            relisting: HashMap::new(),
+            since: HashMap::new(),
+            wakes: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            gone: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    fn next_wake(&self) -> Option<Instant> {
+        self.wakes.keys().next().map(|at| self.epoch + *at)
+    }
+
+    fn change(&mut self, change: Change) {
+        match change {
+            Change::Apply(index, object) => {
+                let key = key_of(index, &object);
+                if let Some(seen) = self.relisting.get_mut(&index) {
+                    seen.insert(key.clone());
+                }
+                self.names
+                    .entry((key.1.clone(), key.2.clone()))
+                    .or_default()
+                    .retain(|k| k != &key);
+                self.names
+                    .entry((key.1.clone(), key.2.clone()))
+                    .or_default()
+                    .push(key.clone());
+                self.touch(&key, &object);
+                self.objects.insert(key, object);
+            }
+            Change::Delete(index, object) => {
+                let key = key_of(index, &object);
+                self.forget(&key);
+                self.touch(&key, &object);
+                self.gone.push((index, object));
+            }
+            Change::Relisting(index) => {
+                self.relisting.insert(index, BTreeSet::new());
+            }
+            Change::Relisted(index) => {
+                let seen = self.relisting.remove(&index).unwrap_or_default();
+                let stale: Vec<Key> = self
+                    .objects
+                    .keys()
+                    .filter(|k| k.0 == index && !seen.contains(*k))
+                    .cloned()
+                    .collect();
+                for key in stale {
+                    if let Some(object) = self.objects.get(&key).cloned() {
+                        self.forget(&key);
+                        self.touch(&key, &object);
+                        self.gone.push((index, object));
+                    }
+                }
+            }
+        }
+    }
+
+    fn forget(&mut self, key: &Key) {
+        self.objects.remove(key);
+        self.since.remove(key);
+        if let Some(keys) = self.names.get_mut(&(key.1.clone(), key.2.clone())) {
+            keys.retain(|k| k != key);
+        }
+    }
+
+    /// Marks what a change to `object` may affect: itself, its cluster's
+    /// other resources (references), and everything for the kinds that
+    /// gate many (providers, their configs, Secrets).
+    fn touch(&mut self, key: &Key, object: &Value) {
+        let kind = KINDS.get(key.0);
+        let broad = key.0 == SECRETS
+            || kind.is_some_and(|k| k.provider.is_none() || !crossplane::is_managed(k));
+        if broad {
+            self.dirty
+                .extend(self.objects.keys().filter(|k| k.0 != SECRETS).cloned());
+            return;
+        }
+        self.dirty.insert(key.clone());
+        if let Some(group) = group_label(object) {
+            let related: Vec<Key> = self
+                .objects
+                .iter()
+                .filter(|(_, o)| group_label(o) == Some(group))
+                .map(|(k, _)| k.clone())
+                .collect();
+            self.dirty.extend(related);
+        }
+    }
+
+    async fn step(&mut self) {
+        let now = self.now();
+        let due: Vec<Duration> = self.wakes.range(..=now).map(|(at, _)| *at).collect();
+        for at in due {
+            if let Some(keys) = self.wakes.remove(&at) {
+                self.dirty.extend(keys);
+            }
+        }
+        let mut work = Vec::new();
+        for (index, object) in std::mem::take(&mut self.gone) {
+            work.extend(self.gone_effect(index, &object));
+        }
+        for key in std::mem::take(&mut self.dirty) {
+            if let Some(w) = self.plan(&key, now) {
+                work.push(w);
+            }
+        }
+        let fleet = &*self;
+        let results: Vec<(Key, bool)> = futures_util::stream::iter(work)
+            .map(|w| async move {
+                let key = key_of(w.index, &w.object);
+                (key, fleet.execute(w).await)
+            })
+            .buffer_unordered(16)
+            .collect()
+            .await;
+        for (key, ok) in results {
+            if !ok {
+                self.wake(key, now + RETRY);
+            }
+        }
+    }
+
+    fn wake(&mut self, key: Key, at: Duration) {
+        self.wakes.entry(at).or_default().insert(key);
+    }
+
+    fn get(&self, index: usize, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(&(index, namespace.to_string(), name.to_string()))
+    }
+
+    fn kind_index(group: &str, kind: &str) -> Option<usize> {
+        KINDS
+            .iter()
+            .position(|k| k.group == group && k.kind == kind)
+    }
+
+    /// Whether `provider`'s runtime has replicas: its Provider exists and
+    /// its DeploymentRuntimeConfig does not scale it to 0 (Crossplane sets
+    /// 1 only when unset).
+    fn provider_running(&self, provider: &str) -> bool {
+        let provider_kind = Self::kind_index("pkg.crossplane.io", "Provider");
+        let runtime_kind = Self::kind_index("pkg.crossplane.io", "DeploymentRuntimeConfig");
+        let (Some(p), Some(r)) = (provider_kind, runtime_kind) else {
+            return false;
+        };
+        let Some(package) = self.get(p, "", provider) else {
+            return false;
+        };
+        let runtime = package["spec"]["runtimeConfigRef"]["name"]
+            .as_str()
+            .unwrap_or("default");
+        let replicas = self
+            .get(r, "", runtime)
+            .and_then(|c| c["spec"]["deploymentTemplate"]["spec"]["replicas"].as_u64());
+        replicas.unwrap_or(1) > 0
+    }
+
+    /// What a managed resource still waits on: its provider config, then
+    /// each resource it refers to.
+    fn blocked(&self, key: &Key, object: &Value, kind: &crossplane::Kind) -> Option<String> {
+        let config = &object["spec"]["providerConfigRef"];
+        let config_kind = config["kind"].as_str().unwrap_or("ClusterProviderConfig");
+        let config_name = config["name"].as_str().unwrap_or("default");
+        let family = provider_config_group(kind);
+        let found = Self::kind_index(family, config_kind).and_then(|i| {
+            let namespace = if config_kind == "ProviderConfig" {
+                key.1.as_str()
+            } else {
+                ""
+            };
+            self.get(i, namespace, config_name)
+        });
+        if found.is_none() {
+            return Some(format!(
+                "cannot connect to the provider: cannot get referenced {config_kind}: {config_kind}.{family} \"{config_name}\" not found"
+            ));
+        }
+        for (field, name) in cloud::references(&object["spec"]["forProvider"]) {
+            let target = self
+                .names
+                .get(&(key.1.clone(), name.clone()))
+                .and_then(|keys| {
+                    keys.iter().filter_map(|k| self.objects.get(k)).find(|o| {
+                        crossplane::find(
+                            o["apiVersion"].as_str().unwrap_or_default(),
+                            o["kind"].as_str().unwrap_or_default(),
+                        )
+                        .is_some_and(crossplane::is_managed)
+                    })
+                });
+            match target {
+                None => {
+                    return Some(format!(
+                        "cannot resolve references: spec.forProvider.{field}: referenced resource \"{name}\" not found"
+                    ));
+                }
+                Some(t) if !cloud::is_ready(t) => {
+                    return Some(format!(
+                        "cannot resolve references: spec.forProvider.{field}: referenced field was empty (referenced resource may not yet be ready)"
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        None
+    }
+
+    fn plan(&mut self, key: &Key, now: Duration) -> Option<Work> {
+        if key.0 == SECRETS {
+            return None;
+        }
+        let object = self.objects.get(key)?.clone();
+        let kind = &KINDS[key.0];
+        if kind.kind == "Provider" {
+            return Some(self.provider_health(key, object));
+        }
+        if !crossplane::is_managed(kind) {
+            return None;
+        }
+        if kind.kind == "Release" {
+            return self.plan_release(key, object, now);
+        }
+        let provider = kind.provider.unwrap_or_default();
+        let running = self.provider_running(provider);
+        let blocked = if running {
+            self.blocked(key, &object, kind)
+        } else {
+            None
+        };
+        let role = cloud::role(kind.group, kind.kind);
+        let group = group_label(&object).unwrap_or(&key.2).to_string();
+        let failure = self.config.faults.provisioning_failure(&group, kind.kind);
+        if running && blocked.is_none() && !self.since.contains_key(key) {
+            self.since.insert(key.clone(), now);
+        }
+        let observation = Observation {
+            object: &object,
+            provider_running: running,
+            blocked: blocked.clone(),
+            failure: failure.as_deref(),
+            since: self.since.get(key).copied(),
+            provisioning: self.config.profile.provisioning(role),
+            now,
+        };
+        let phase = cloud::phase(&observation);
+        if let Phase::Creating { ready_at } = phase {
+            self.wake(key.clone(), ready_at);
+        }
+        if matches!(phase, Phase::Blocked(_))
+            && blocked.as_deref().is_some_and(|b| b.contains("not found"))
+        {
+            // A reference to something not yet created: look again.
+            self.wake(key.clone(), now + RETRY);
+        }
+        let available = phase == Phase::Available;
+        let effect = available
+            .then(|| self.effect(key, &object, kind, role, &group))
+            .flatten();
+        let endpoint = (available && role == Role::Cluster)
+            .then(|| self.workloads.server(&group))
+            .flatten();
+        let at_provider = available.then(|| cloud::at_provider(&object, endpoint.as_deref()));
+        let status = cloud::status_update(&object, &phase, at_provider, &timestamp());
+        (effect.is_some() || status.is_some()).then_some(Work {
+            index: key.0,
+            object,
+            effect,
+            status,
+        })
+    }
+
+    fn effect(
+        &self,
+        key: &Key,
+        object: &Value,
+        kind: &crossplane::Kind,
+        role: Role,
+        group: &str,
+    ) -> Option<Effect> {
+        match role {
+            Role::Cluster => {
+                return Some(Effect::Cluster {
+                    name: group.to_string(),
+                });
+            }
+            Role::Pool => {
+                let pool = cloud::pool(kind.kind, kind.group, &object["spec"]["forProvider"])?;
+                return Some(Effect::Pool {
+                    cluster: group.to_string(),
+                    id: key.2.clone(),
+                    pool,
+                    provider: kind.provider.unwrap_or_default(),
+                });
+            }
+            Role::Other => {}
+        }
+        let secret = object["spec"]["writeConnectionSecretToRef"]["name"].as_str()?;
+        let cluster = (kind.kind != "ServiceAccountKey").then(|| group.to_string());
+        Some(Effect::Connection {
+            namespace: key.1.clone(),
+            name: secret.to_string(),
+            cluster,
+            kind: kind.kind.to_string(),
+        })
+    }
+
+    fn gone_effect(&self, index: usize, object: &Value) -> Option<Work> {
+        let kind = KINDS.get(index)?;
+        let group = group_label(object)
+            .or(object["metadata"]["name"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let effect = match cloud::role(kind.group, kind.kind) {
+            Role::Cluster => Effect::ClusterGone { name: group },
+            Role::Pool => Effect::PoolGone {
+                cluster: group,
+                id: object["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            },
+            Role::Other => return None,
+        };
+        Some(Work {
+            index,
+            object: object.clone(),
+            effect: Some(effect),
+            status: None,
+        })
+    }
+
+    fn provider_health(&self, key: &Key, object: Value) -> Work {
+        let running = self.provider_running(&key.2);
+        let installed =
+            json!({ "type": "Installed", "status": "True", "reason": "ActivePackageRevision" });
+        let healthy = if running {
+            json!({ "type": "Healthy", "status": "True", "reason": "HealthyPackageRevision" })
+        } else {
+            json!({ "type": "Healthy", "status": "False", "reason": "UnhealthyPackageRevision",
+                "message": "Deployment has 0 available replicas: its DeploymentRuntimeConfig sets replicas: 0" })
+        };
+        let conditions = [installed, healthy];
+        let changed = conditions.iter().any(|c| {
+            cloud::condition(&object, c["type"].as_str().unwrap_or_default())
+                .is_none_or(|p| p["status"] != c["status"] || p["reason"] != c["reason"])
+        });
+        let stamp = timestamp();
+        let status = changed.then(|| {
+            json!({
+                "conditions": conditions.iter().map(|c| { let mut c = c.clone(); c["lastTransitionTime"] = json!(stamp); c }).collect::<Vec<_>>(),
+                "currentIdentifier": object["spec"]["package"],
+                "resolvedPackage": object["spec"]["package"],
+            })
+        });
+        Work {
+            index: key.0,
+            object,
+            effect: None,
+            status,
+        }
+    }
+
+    /// A Helm release: its provider config's kubeconfig Secret must exist;
+    /// an unknown chart fails; installing takes the profile's release time.
+    fn plan_release(&mut self, key: &Key, object: Value, now: Duration) -> Option<Work> {
+        let running = self.provider_running("provider-helm");
+        let chart_name = object["spec"]["forProvider"]["chart"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        let chart = helm::chart(chart_name);
+        let credentials = self.release_kubeconfig(key, &object);
+        let blocked = credentials.as_ref().err().cloned();
+        if running && blocked.is_none() && !self.since.contains_key(key) {
+            self.since.insert(key.clone(), now);
+        }
+        let observation = Observation {
+            object: &object,
+            provider_running: running,
+            blocked: blocked.clone(),
+            failure: chart.as_ref().err().map(String::as_str),
+            since: self.since.get(key).copied(),
+            provisioning: self.config.profile.scale(self.config.profile.release),
+            now,
+        };
+        let phase = cloud::phase(&observation);
+        match &phase {
+            Phase::Creating { ready_at } => self.wake(key.clone(), *ready_at),
+            Phase::Blocked(_) => self.wake(key.clone(), now + RETRY),
+            _ => {}
+        }
+        let effect = match (&phase, credentials, chart) {
+            (Phase::Available, Ok(kubeconfig), Ok(chart)) => Some(Effect::Release {
+                kubeconfig,
+                chart,
+                namespace: object["spec"]["forProvider"]["namespace"]
+                    .as_str()
+                    .unwrap_or("default")
+                    .to_string(),
+            }),
+            _ => None,
+        };
+        let at_provider = (phase == Phase::Available).then(|| {
+            json!({ "revision": 1, "state": "deployed", "releaseDescription": "Install complete" })
+        });
+        let status = cloud::status_update(&object, &phase, at_provider, &timestamp());
+        (effect.is_some() || status.is_some()).then_some(Work {
+            index: key.0,
+            object,
+            effect,
+            status,
+        })
+    }
+
+    /// The kubeconfig a Release's provider config points at.
+    fn release_kubeconfig(&self, key: &Key, object: &Value) -> Result<String, String> {
+        let config_name = object["spec"]["providerConfigRef"]["name"]
+            .as_str()
+            .unwrap_or("default");
+        let index = Self::kind_index("helm.m.crossplane.io", "ProviderConfig")
+            .ok_or("helm ProviderConfig is not served")?;
+        let config = self.get(index, &key.1, config_name).ok_or_else(|| {
+            format!("cannot connect to the provider: cannot get referenced ProviderConfig: ProviderConfig.helm.m.crossplane.io \"{config_name}\" not found")
+        })?;
+        let secret_ref = &config["spec"]["credentials"]["secretRef"];
+        let namespace = secret_ref["namespace"].as_str().unwrap_or(&key.1);
+        let name = secret_ref["name"].as_str().unwrap_or_default();
+        let field = secret_ref["key"].as_str().unwrap_or("kubeconfig");
+        let secret = self.get(SECRETS, namespace, name).ok_or_else(|| {
+            format!("cannot connect to the provider: cannot get credentials secret {namespace}/{name}: not found")
+        })?;
+        secret_field(secret, field).ok_or_else(|| {
+            format!("cannot connect to the provider: credentials secret {namespace}/{name} has no key {field}")
+        })
+    }
+
+    /// Carries out one step: the effect first (a cluster must exist before
+    /// it is reported Ready), then the status. False if it must be retried.
+    async fn execute(&self, work: Work) -> bool {
+        if let Some(effect) = work.effect
+            && let Err(e) = self.apply_effect(effect).await
+        {
+            tracing::warn!(object = %work.object["metadata"]["name"], error = %e, "simulated cloud step failed; retrying");
+            return false;
+        }
+        if let Some(status) = work.status {
+            let kind = api_kind(work.index);
+            let manager = KINDS
+                .get(work.index)
+                .and_then(|k| k.provider)
+                .unwrap_or(MANAGER);
+            if let Err(e) =
+                client::apply_status(&self.config.control, &kind, &work.object, &status, manager)
+                    .await
+            {
+                tracing::debug!(object = %work.object["metadata"]["name"], error = %e, "status write failed; retrying");
+                return false;
+            }
+        }
+        true
+    }
+
+    async fn apply_effect(&self, effect: Effect) -> Result<(), String> {
+        let control = &self.config.control;
+        match effect {
+            Effect::Cluster { name } => self
+                .workloads
+                .create(control, &self.config.kubeconfig, &name)
+                .await
+                .map(drop),
+            Effect::ClusterGone { name } => self.workloads.delete(control, &name).await,
+            Effect::Pool {
+                cluster,
+                id,
+                pool,
+                provider,
+            } => {
+                let workload = self
+                    .workloads
+                    .by_name(&cluster)
+                    .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
+                workload.set_pool(&id, pool, provider).await
+            }
+            Effect::PoolGone { cluster, id } => match self.workloads.by_name(&cluster) {
+                Some(workload) => workload.remove_pool(&id).await,
+                None => Ok(()),
+            },
+            Effect::Connection {
+                namespace,
+                name,
+                cluster,
+                kind,
+            } => {
+                let data = match cluster {
+                    Some(cluster) => {
+                        let workload = self
+                            .workloads
+                            .by_name(&cluster)
+                            .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
+                        json!({ "kubeconfig": workload.kubeconfig, "endpoint": workload.server })
+                    }
+                    None => json!({ "private_key": format!("simulated {kind} key") }),
+                };
+                let secret = json!({
+                    "apiVersion": "v1", "kind": "Secret", "type": "connection.crossplane.io/v1alpha1",
+                    "metadata": { "name": name, "namespace": namespace },
+                    "stringData": data,
+                });
+                client::apply(control, &builtin::secret(), &secret, MANAGER)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            Effect::Release {
+                kubeconfig,
+                chart,
+                namespace,
+            } => {
+                let workload = self.workloads.connect(&kubeconfig).await?;
+                workload.install(chart, &namespace).await
+            }
+        }
+    }
+}
+
+/// The group of the ProviderConfig kinds a managed resource's provider reads.
+fn provider_config_group(kind: &crossplane::Kind) -> &'static str {
+    match kind.provider.unwrap_or_default() {
+        p if p.starts_with("provider-aws") || p == "provider-family-aws" => "aws.m.upbound.io",
+        p if p.starts_with("provider-gcp") || p == "provider-family-gcp" => "gcp.m.upbound.io",
+        p if p.starts_with("provider-azure") || p == "provider-family-azure" => {
+            "azure.m.upbound.io"
+        }
+        "provider-nebius" => "nebius.m.upbound.io",
+        "provider-vultr" => "vultr.m.upbound.io",
+        "provider-helm" => "helm.m.crossplane.io",
+        _ => "kubernetes.m.crossplane.io",
+    }
+}
+
+/// A Secret's `key`, decoded from `data` (base64) or read from `stringData`.
+fn secret_field(secret: &Value, key: &str) -> Option<String> {
+    if let Some(text) = secret["stringData"][key].as_str() {
+        return Some(text.to_string());
+    }
+    let encoded = secret["data"][key].as_str()?;
+    let bytes = base64_decode(encoded)?;
+    String::from_utf8(bytes).ok()
+}
+
+fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    use k8s_openapi::ByteString;
+    serde_json::from_value::<ByteString>(json!(text))
+        .ok()
+        .map(|b| b.0)
+}
+
+/// Now, as Kubernetes writes transition times.
+pub fn timestamp() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
