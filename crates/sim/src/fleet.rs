@@ -10,9 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use kube::Client;
-use kube::api::DynamicObject;
 use kube::config::Kubeconfig;
-use kube::runtime::{WatchStreamExt, watcher};
 use modelplane_supervisor::Supervisor;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -23,6 +21,7 @@ use crate::cluster::Workloads;
 use crate::crossplane::{self, KINDS};
 use crate::faults::Faults;
 use crate::helm;
+use crate::informer::{self, Change, Key, Snapshot, Touched, key_of};
 use crate::profile::Profile;
 
 /// Field manager of what the simulated Crossplane writes.
@@ -46,18 +45,8 @@ pub struct Config {
     pub faults: Arc<Faults>,
 }
 
-/// An object the fleet tracks: index into [`KINDS`] (or [`SECRETS`]), namespace, name.
-type Key = (usize, String, String);
-
 /// Control-plane Secrets are watched too (kubeconfigs of Helm provider configs).
 const SECRETS: usize = usize::MAX;
-
-enum Change {
-    Apply(usize, Value),
-    Delete(usize, Value),
-    Relisting(usize),
-    Relisted(usize),
-}
 
 /// Runs the simulated clouds until the supervisor stops.
 pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workloads>) {
@@ -66,10 +55,13 @@ pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workload
     for index in 0..KINDS.len() {
         supervisor.spawn(
             "sim-watch",
-            watch(config.control.clone(), index, tx.clone()),
+            informer::watch(config.control.clone(), api_kind(index), index, tx.clone()),
         );
     }
-    supervisor.spawn("sim-watch", watch(config.control.clone(), SECRETS, tx));
+    supervisor.spawn(
+        "sim-watch",
+        informer::watch(config.control.clone(), api_kind(SECRETS), SECRETS, tx),
+    );
     let mut fleet = Fleet::new(config, workloads);
     loop {
         let wake = fleet.next_wake();
@@ -149,45 +141,6 @@ fn api_kind(index: usize) -> ApiKind {
     ApiKind::new(&k.api_version(), k.kind, k.plural, k.namespaced)
 }
 
-async fn watch(control: Client, index: usize, tx: mpsc::Sender<Change>) {
-    let api = api_kind(index).api(&control, None);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = events.next().await {
-        let value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
-        let change = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                Change::Apply(index, value(o))
-            }
-            Ok(watcher::Event::Delete(o)) => Change::Delete(index, value(o)),
-            Ok(watcher::Event::Init) => Change::Relisting(index),
-            Ok(watcher::Event::InitDone) => Change::Relisted(index),
-            Err(e) => {
-                tracing::debug!(kind = ?api_kind(index).resource.kind, error = %e, "watch failed; retrying");
-                continue;
-            }
-        };
-        if tx.send(change).await.is_err() {
-            return;
-        }
-    }
-}
-
-fn key_of(index: usize, object: &Value) -> Key {
-    (
-        index,
-        object["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        object["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-    )
-}
-
 fn group_label(object: &Value) -> Option<&str> {
     object["metadata"]["labels"][modelplane_api::labels::CLUSTER].as_str()
 }
@@ -235,10 +188,9 @@ struct Fleet {
     config: Config,
     workloads: Arc<Workloads>,
     epoch: Instant,
-    objects: BTreeMap<Key, Value>,
+    objects: Snapshot,
     /// `(namespace, name)` → keys, for reference resolution.
     names: HashMap<(String, String), Vec<Key>>,
-    relisting: HashMap<usize, BTreeSet<Key>>,
     /// When each resource was first unblocked with its provider running.
     since: HashMap<Key, Duration>,
     wakes: BTreeMap<Duration, BTreeSet<Key>>,
@@ -252,9 +204,8 @@ impl Fleet {
             config,
             workloads,
             epoch: Instant::now(),
-            objects: BTreeMap::new(),
+            objects: Snapshot::default(),
             names: HashMap::new(),
-            relisting: HashMap::new(),
             since: HashMap::new(),
             wakes: BTreeMap::new(),
             dirty: BTreeSet::new(),
@@ -271,56 +222,27 @@ impl Fleet {
     }
 
     fn change(&mut self, change: Change) {
-        match change {
-            Change::Apply(index, object) => {
-                let key = key_of(index, &object);
-                if let Some(seen) = self.relisting.get_mut(&index) {
-                    seen.insert(key.clone());
-                }
-                self.names
-                    .entry((key.1.clone(), key.2.clone()))
-                    .or_default()
-                    .retain(|k| k != &key);
-                self.names
-                    .entry((key.1.clone(), key.2.clone()))
-                    .or_default()
-                    .push(key.clone());
-                self.touch(&key, &object);
-                self.objects.insert(key, object);
-            }
-            Change::Delete(index, object) => {
-                let key = key_of(index, &object);
-                self.forget(&key);
-                self.touch(&key, &object);
-                self.gone.push((index, object));
-            }
-            Change::Relisting(index) => {
-                self.relisting.insert(index, BTreeSet::new());
-            }
-            Change::Relisted(index) => {
-                let seen = self.relisting.remove(&index).unwrap_or_default();
-                let stale: Vec<Key> = self
-                    .objects
-                    .keys()
-                    .filter(|k| k.0 == index && !seen.contains(*k))
-                    .cloned()
-                    .collect();
-                for key in stale {
-                    if let Some(object) = self.objects.get(&key).cloned() {
-                        self.forget(&key);
-                        self.touch(&key, &object);
-                        self.gone.push((index, object));
+        for touched in self.objects.change(change) {
+            match touched {
+                Touched::Applied(key, object) => {
+                    let names = self
+                        .names
+                        .entry((key.1.clone(), key.2.clone()))
+                        .or_default();
+                    if !names.contains(&key) {
+                        names.push(key.clone());
                     }
+                    self.touch(&key, &object);
+                }
+                Touched::Deleted(key, object) => {
+                    self.since.remove(&key);
+                    if let Some(keys) = self.names.get_mut(&(key.1.clone(), key.2.clone())) {
+                        keys.retain(|k| k != &key);
+                    }
+                    self.touch(&key, &object);
+                    self.gone.push((key.0, object));
                 }
             }
-        }
-    }
-
-    fn forget(&mut self, key: &Key) {
-        self.objects.remove(key);
-        self.since.remove(key);
-        if let Some(keys) = self.names.get_mut(&(key.1.clone(), key.2.clone())) {
-            keys.retain(|k| k != key);
         }
     }
 
@@ -386,8 +308,7 @@ impl Fleet {
     }
 
     fn get(&self, index: usize, namespace: &str, name: &str) -> Option<&Value> {
-        self.objects
-            .get(&(index, namespace.to_string(), name.to_string()))
+        self.objects.get(index, namespace, name)
     }
 
     fn kind_index(group: &str, kind: &str) -> Option<usize> {
@@ -442,7 +363,7 @@ impl Fleet {
                 .names
                 .get(&(key.1.clone(), name.clone()))
                 .and_then(|keys| {
-                    keys.iter().filter_map(|k| self.objects.get(k)).find(|o| {
+                    keys.iter().filter_map(|k| self.objects.at(k)).find(|o| {
                         crossplane::find(
                             o["apiVersion"].as_str().unwrap_or_default(),
                             o["kind"].as_str().unwrap_or_default(),
@@ -471,7 +392,7 @@ impl Fleet {
         if key.0 == SECRETS {
             return None;
         }
-        let object = self.objects.get(key)?.clone();
+        let object = self.objects.at(key)?.clone();
         let kind = &KINDS[key.0];
         if kind.kind == "Provider" {
             return Some(self.provider_health(key, object));

@@ -19,6 +19,7 @@ pub mod engine;
 pub mod faults;
 pub mod fleet;
 pub mod helm;
+pub mod informer;
 pub mod profile;
 
 use std::sync::Arc;

@@ -3,6 +3,8 @@
 //! cloud pools bring and the in-cluster controllers its Helm releases start.
 
 pub mod envoy;
+pub mod expand;
+pub mod launch;
 pub mod nodes;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

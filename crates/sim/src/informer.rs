@@ -1,0 +1,182 @@
+//! Watches turned into an in-memory snapshot, as an informer keeps one: each
+//! kind is watched (relisting with backoff on its own), and every change
+//! reaches one loop that owns the snapshot.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use futures_util::StreamExt;
+use kube::Client;
+use kube::api::DynamicObject;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::client::Kind;
+
+/// An object: its kind's index (in the caller's list), namespace, name.
+pub type Key = (usize, String, String);
+
+/// One watch event.
+#[derive(Debug)]
+pub enum Change {
+    /// Created or changed.
+    Apply(usize, Value),
+    /// Deleted.
+    Delete(usize, Value),
+    /// A relist begins.
+    Relisting(usize),
+    /// A relist ended: what it did not list is gone.
+    Relisted(usize),
+}
+
+/// Watches `kind` (index `index`) and sends every change until `tx` closes.
+pub async fn watch(client: Client, kind: Kind, index: usize, tx: mpsc::Sender<Change>) {
+    let api = kind.api(&client, None);
+    let mut events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        let value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        let change = match event {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                Change::Apply(index, value(o))
+            }
+            Ok(watcher::Event::Delete(o)) => Change::Delete(index, value(o)),
+            Ok(watcher::Event::Init) => Change::Relisting(index),
+            Ok(watcher::Event::InitDone) => Change::Relisted(index),
+            Err(e) => {
+                // Normal until a CRD is installed; the watcher retries.
+                tracing::trace!(kind = %kind.resource.kind, error = %e, "watch failed; retrying");
+                continue;
+            }
+        };
+        if tx.send(change).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The key of `object` of kind `index`.
+pub fn key_of(index: usize, object: &Value) -> Key {
+    (
+        index,
+        object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// What the watches have shown.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    objects: BTreeMap<Key, Value>,
+    relisting: HashMap<usize, BTreeSet<Key>>,
+}
+
+/// What a change did to the snapshot.
+#[derive(Debug)]
+pub enum Touched {
+    /// `key` is now `object`.
+    Applied(Key, Value),
+    /// `key` was `object` and is gone.
+    Deleted(Key, Value),
+}
+
+impl Snapshot {
+    /// Applies `change`, returning what it touched.
+    pub fn change(&mut self, change: Change) -> Vec<Touched> {
+        match change {
+            Change::Apply(index, object) => {
+                let key = key_of(index, &object);
+                if let Some(seen) = self.relisting.get_mut(&index) {
+                    seen.insert(key.clone());
+                }
+                self.objects.insert(key.clone(), object.clone());
+                vec![Touched::Applied(key, object)]
+            }
+            Change::Delete(index, object) => {
+                let key = key_of(index, &object);
+                self.objects.remove(&key);
+                vec![Touched::Deleted(key, object)]
+            }
+            Change::Relisting(index) => {
+                self.relisting.insert(index, BTreeSet::new());
+                Vec::new()
+            }
+            Change::Relisted(index) => {
+                let seen = self.relisting.remove(&index).unwrap_or_default();
+                let stale: Vec<Key> = self
+                    .objects
+                    .keys()
+                    .filter(|k| k.0 == index && !seen.contains(*k))
+                    .cloned()
+                    .collect();
+                stale
+                    .into_iter()
+                    .filter_map(|key| {
+                        let object = self.objects.remove(&key)?;
+                        Some(Touched::Deleted(key, object))
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// The object `name` of kind `index` in `namespace` ("" when cluster-scoped).
+    pub fn get(&self, index: usize, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(&(index, namespace.to_string(), name.to_string()))
+    }
+
+    /// The object at `key`.
+    pub fn at(&self, key: &Key) -> Option<&Value> {
+        self.objects.get(key)
+    }
+
+    /// Every object of kind `index`.
+    pub fn of(&self, index: usize) -> impl Iterator<Item = (&Key, &Value)> {
+        let start = (index, String::new(), String::new());
+        self.objects
+            .range(start..)
+            .take_while(move |(k, _)| k.0 == index)
+    }
+
+    /// Every key.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.objects.keys()
+    }
+
+    /// Every object.
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Value)> {
+        self.objects.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(name: &str) -> Value {
+        json!({ "metadata": { "name": name, "namespace": "ns" } })
+    }
+
+    #[test]
+    fn a_relist_forgets_what_it_did_not_list() {
+        let mut s = Snapshot::default();
+        s.change(Change::Apply(0, object("a")));
+        s.change(Change::Apply(0, object("b")));
+        s.change(Change::Apply(1, object("c")));
+        s.change(Change::Relisting(0));
+        s.change(Change::Apply(0, object("b")));
+        let touched = s.change(Change::Relisted(0));
+        assert!(matches!(&touched[..], [Touched::Deleted(k, _)] if k.2 == "a"));
+        assert_eq!(s.of(0).count(), 1);
+        assert!(s.get(1, "ns", "c").is_some(), "other kinds are untouched");
+    }
+}
