@@ -2,10 +2,14 @@
 //! (`/clusters/<name>`), reached through its kubeconfig, with the nodes its
 //! cloud pools bring and the in-cluster controllers its Helm releases start.
 
+pub mod dra;
 pub mod envoy;
 pub mod expand;
+pub mod kcm;
 pub mod launch;
 pub mod nodes;
+pub mod scheduler;
+pub mod world;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};

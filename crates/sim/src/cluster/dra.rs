@@ -1,0 +1,429 @@
+//! Dynamic Resource Allocation: the NVIDIA DRA driver publishing its
+//! DeviceClasses and one ResourceSlice per GPU node (the devices of the
+//! node's pool, as its InferenceClass describes them), and the scheduler's
+//! allocator, which matches a claim's requests against free devices with the
+//! same CEL evaluation as Modelplane's scheduler (`modelplane-cel`). Pure.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use modelplane_api::types::Device;
+use modelplane_cel::dra::{DeviceActivation, DeviceSelector, context};
+use serde_json::{Value, json};
+
+use super::world::{World, Write, kinds, name, short_hash};
+
+const MANAGER: &str = "gpu.nvidia.com";
+
+/// The devices of one node pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Hardware {
+    /// The InferenceClass devices of the pool (`spec.devices`).
+    pub devices: Vec<Value>,
+    /// The pool's fabric (`EFA`, `InfiniBand`), if any.
+    pub fabric: Option<String>,
+}
+
+/// What the NVIDIA DRA driver publishes: its classes, and a slice for each
+/// node whose pool has devices of its driver.
+pub fn driver_step(world: &World<'_>, hardware: &BTreeMap<String, Hardware>) -> Vec<Write> {
+    let mut out = Vec::new();
+    for (class, kind) in [("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")] {
+        if world.get(kinds::DEVICE_CLASS, "", class).is_none() {
+            out.push(Write::Apply {
+                kind: kinds::DEVICE_CLASS,
+                object: json!({
+                    "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                    "metadata": { "name": class },
+                    "spec": { "selectors": [{ "cel": { "expression": format!(
+                        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '{kind}'") } }] },
+                }),
+                manager: MANAGER,
+            });
+        }
+    }
+    for node in world.all(kinds::NODE) {
+        let pool = node["metadata"]["labels"][modelplane_api::labels::POOL]
+            .as_str()
+            .unwrap_or_default();
+        let Some(hw) = hardware.get(pool) else {
+            continue;
+        };
+        let slice = slice(node, hw);
+        let Some(slice) = slice else { continue };
+        let current = world.get(kinds::SLICE, "", name(&slice));
+        if current.is_none_or(|c| c["spec"] != slice["spec"]) {
+            out.push(Write::Apply {
+                kind: kinds::SLICE,
+                object: slice,
+                manager: MANAGER,
+            });
+        }
+    }
+    out
+}
+
+/// The ResourceSlice of `node`'s `gpu.nvidia.com` devices.
+fn slice(node: &Value, hw: &Hardware) -> Option<Value> {
+    let node_name = name(node);
+    let mut devices = Vec::new();
+    for device in hw
+        .devices
+        .iter()
+        .filter(|d| d["driver"] == "gpu.nvidia.com")
+    {
+        let count = device["count"].as_u64().unwrap_or(1);
+        for i in 0..count {
+            let mut attributes = device["attributes"].clone();
+            if !attributes.is_object() {
+                attributes = json!({});
+            }
+            attributes["type"] = json!({ "string": "gpu" });
+            attributes["uuid"] =
+                json!({ "string": format!("GPU-{}", short_hash(&format!("{node_name}/{i}"), 12)) });
+            devices.push(json!({
+                "name": format!("{}-{i}", device["name"].as_str().unwrap_or("gpu")),
+                "attributes": attributes,
+                "capacity": device["capacity"].clone(),
+            }));
+        }
+    }
+    if devices.is_empty() {
+        return None;
+    }
+    Some(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": { "name": format!("{node_name}-gpu.nvidia.com-{}", short_hash(node_name, 5)) },
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node_name,
+            "pool": { "name": node_name, "generation": 1, "resourceSliceCount": 1 },
+            "devices": devices,
+        },
+    }))
+}
+
+/// One published device of a node.
+struct Published {
+    driver: String,
+    pool: String,
+    device: String,
+    activation: DeviceActivation,
+}
+
+/// Every device of every node, and which are taken.
+pub struct Inventory {
+    by_node: BTreeMap<String, Vec<Published>>,
+    taken: BTreeSet<(String, String, String)>,
+    selectors: HashMap<String, Result<DeviceSelector, String>>,
+    classes: HashMap<String, Vec<String>>,
+}
+
+/// One allocated device, as a claim's `status.allocation` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocated {
+    /// The claim's request.
+    pub request: String,
+    /// Driver.
+    pub driver: String,
+    /// Pool (the node, for per-node slices).
+    pub pool: String,
+    /// Device.
+    pub device: String,
+}
+
+impl Inventory {
+    /// The devices the cluster's slices publish, minus those already
+    /// allocated to a claim.
+    pub fn new(world: &World<'_>) -> Inventory {
+        let mut by_node: BTreeMap<String, Vec<Published>> = BTreeMap::new();
+        for slice in world.all(kinds::SLICE) {
+            let spec = &slice["spec"];
+            let node = spec["nodeName"].as_str().unwrap_or_default().to_string();
+            let driver = spec["driver"].as_str().unwrap_or_default().to_string();
+            let pool = spec["pool"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            for device in spec["devices"].as_array().into_iter().flatten() {
+                let mut as_class: Value = device.clone();
+                as_class["driver"] = json!(driver);
+                let Ok(parsed) = serde_json::from_value::<Device>(as_class) else {
+                    continue;
+                };
+                by_node.entry(node.clone()).or_default().push(Published {
+                    driver: driver.clone(),
+                    pool: pool.clone(),
+                    device: parsed.name.clone(),
+                    activation: DeviceActivation::new(&parsed),
+                });
+            }
+        }
+        let mut taken = BTreeSet::new();
+        for claim in world.all(kinds::CLAIM) {
+            for r in claim["status"]["allocation"]["devices"]["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                taken.insert(key(
+                    r["driver"].as_str(),
+                    r["pool"].as_str(),
+                    r["device"].as_str(),
+                ));
+            }
+        }
+        let classes = world
+            .all(kinds::DEVICE_CLASS)
+            .map(|c| {
+                let selectors = c["spec"]["selectors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s["cel"]["expression"].as_str().map(str::to_string))
+                    .collect();
+                (name(c).to_string(), selectors)
+            })
+            .collect();
+        Inventory {
+            by_node,
+            taken,
+            selectors: HashMap::new(),
+            classes,
+        }
+    }
+
+    /// Whether the node publishes any device.
+    pub fn has_devices(&self, node: &str) -> bool {
+        self.by_node.get(node).is_some_and(|d| !d.is_empty())
+    }
+
+    /// Free devices on `node`.
+    pub fn free(&self, node: &str) -> usize {
+        self.by_node.get(node).map_or(0, |d| {
+            d.iter()
+                .filter(|p| {
+                    !self
+                        .taken
+                        .contains(&key(Some(&p.driver), Some(&p.pool), Some(&p.device)))
+                })
+                .count()
+        })
+    }
+
+    fn selector(&mut self, text: &str) -> Result<DeviceSelector, String> {
+        self.selectors
+            .entry(text.to_string())
+            .or_insert_with(|| DeviceSelector::compile(text).map_err(|e| e.to_string()))
+            .clone()
+    }
+
+    /// Allocates every request of `claim` on `node`, or says why it cannot.
+    /// Nothing is taken unless everything fits.
+    pub fn allocate(&mut self, claim: &Value, node: &str) -> Result<Vec<Allocated>, String> {
+        let ctx = context();
+        let mut chosen: Vec<Allocated> = Vec::new();
+        let mut held: BTreeSet<(String, String, String)> = BTreeSet::new();
+        for request in claim["spec"]["devices"]["requests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let request_name = request["name"].as_str().unwrap_or_default();
+            let exactly = &request["exactly"];
+            let class = exactly["deviceClassName"].as_str().unwrap_or_default();
+            let Some(class_selectors) = self.classes.get(class).cloned() else {
+                return Err(format!(
+                    "resource claim {}: device class {class} does not exist",
+                    name(claim)
+                ));
+            };
+            let mut selectors = Vec::new();
+            for text in class_selectors.iter().cloned().chain(
+                exactly["selectors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|s| s["cel"]["expression"].as_str().map(str::to_string)),
+            ) {
+                selectors.push(
+                    self.selector(&text)
+                        .map_err(|e| format!("selector {text:?}: {e}"))?,
+                );
+            }
+            let count = exactly["count"].as_u64().unwrap_or(1) as usize;
+            let mut found = 0;
+            for device in self.by_node.get(node).into_iter().flatten() {
+                if found == count {
+                    break;
+                }
+                let k = key(
+                    Some(&device.driver),
+                    Some(&device.pool),
+                    Some(&device.device),
+                );
+                if self.taken.contains(&k) || held.contains(&k) {
+                    continue;
+                }
+                let Ok(scope) = device.activation.bind(&ctx) else {
+                    continue;
+                };
+                // A selector that fails to evaluate does not match (as the
+                // scheduler treats a missing attribute).
+                if selectors.iter().all(|s| s.matches(&scope).unwrap_or(false)) {
+                    held.insert(k);
+                    chosen.push(Allocated {
+                        request: request_name.to_string(),
+                        driver: device.driver.clone(),
+                        pool: device.pool.clone(),
+                        device: device.device.clone(),
+                    });
+                    found += 1;
+                }
+            }
+            if found < count {
+                return Err("cannot allocate all claims".into());
+            }
+        }
+        self.taken.extend(held);
+        Ok(chosen)
+    }
+
+    /// Marks devices allocated elsewhere (bound, not yet observed) as taken.
+    pub fn take(&mut self, allocated: &[Allocated]) {
+        for a in allocated {
+            self.taken
+                .insert(key(Some(&a.driver), Some(&a.pool), Some(&a.device)));
+        }
+    }
+
+    /// Returns devices taken by a trial allocation that was abandoned.
+    pub fn release(&mut self, allocated: &[Allocated]) {
+        for a in allocated {
+            self.taken
+                .remove(&key(Some(&a.driver), Some(&a.pool), Some(&a.device)));
+        }
+    }
+}
+
+fn key(driver: Option<&str>, pool: Option<&str>, device: Option<&str>) -> (String, String, String) {
+    (
+        driver.unwrap_or_default().to_string(),
+        pool.unwrap_or_default().to_string(),
+        device.unwrap_or_default().to_string(),
+    )
+}
+
+/// A claim's `status.allocation` for `allocated` devices on `node`.
+pub fn allocation(allocated: &[Allocated], node: &str) -> Value {
+    json!({
+        "devices": { "results": allocated.iter().map(|a| json!({
+            "request": a.request, "driver": a.driver, "pool": a.pool, "device": a.device,
+        })).collect::<Vec<_>>() },
+        "nodeSelector": { "nodeSelectorTerms": [{ "matchFields": [{ "key": "metadata.name", "operator": "In", "values": [node] }] }] },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::informer::{Change, Snapshot};
+
+    fn h200() -> Hardware {
+        Hardware {
+            devices: vec![
+                json!({ "name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com", "count": 8,
+                "attributes": { "architecture": { "string": "Hopper" } }, "capacity": { "memory": { "value": "143771Mi" } } }),
+            ],
+            fabric: Some("EFA".into()),
+        }
+    }
+
+    fn snapshot(objects: Vec<(usize, Value)>) -> Snapshot {
+        let mut s = Snapshot::default();
+        for (k, o) in objects {
+            s.change(Change::Apply(k, o));
+        }
+        s
+    }
+
+    fn published() -> Snapshot {
+        let node = json!({ "metadata": { "name": "h200-node-0", "labels": { "modelplane.ai/pool": "h200" } } });
+        let hardware = BTreeMap::from([("h200".to_string(), h200())]);
+        let s = snapshot(vec![(kinds::NODE, node.clone())]);
+        let writes = driver_step(
+            &World {
+                snapshot: &s,
+                timestamp: "t",
+            },
+            &hardware,
+        );
+        let mut objects = vec![(kinds::NODE, node)];
+        for w in writes {
+            if let Write::Apply { kind, object, .. } = w {
+                objects.push((kind, object));
+            }
+        }
+        snapshot(objects)
+    }
+
+    #[test]
+    fn the_driver_publishes_its_classes_and_the_pools_devices_per_node() {
+        let s = published();
+        let world = World {
+            snapshot: &s,
+            timestamp: "t",
+        };
+        assert!(
+            world
+                .get(kinds::DEVICE_CLASS, "", "gpu.nvidia.com")
+                .is_some()
+        );
+        let slice = world.all(kinds::SLICE).next().expect("a slice");
+        assert_eq!(slice["spec"]["nodeName"], "h200-node-0");
+        assert_eq!(slice["spec"]["devices"].as_array().map(Vec::len), Some(8));
+        assert_eq!(
+            slice["spec"]["devices"][0]["attributes"]["type"]["string"],
+            "gpu"
+        );
+        // Published already: nothing to write again.
+        let hardware = BTreeMap::from([("h200".to_string(), h200())]);
+        assert!(driver_step(&world, &hardware).is_empty());
+    }
+
+    fn claim(count: u64, memory: &str) -> Value {
+        json!({ "metadata": { "name": "c" }, "spec": { "devices": { "requests": [{ "name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "count": count,
+            "selectors": [{ "cel": { "expression": format!("device.capacity[\"gpu.nvidia.com\"].memory.compareTo(quantity(\"{memory}\")) >= 0") } }] } }] } } })
+    }
+
+    #[test]
+    fn claims_are_allocated_by_their_cel_selectors_and_devices_are_not_given_twice() {
+        let s = published();
+        let world = World {
+            snapshot: &s,
+            timestamp: "t",
+        };
+        let mut inventory = Inventory::new(&world);
+        assert_eq!(inventory.free("h200-node-0"), 8);
+        let first = inventory
+            .allocate(&claim(8, "120Gi"), "h200-node-0")
+            .expect("fits");
+        assert_eq!(first.len(), 8);
+        assert_eq!(inventory.free("h200-node-0"), 0);
+        assert_eq!(
+            inventory.allocate(&claim(1, "20Gi"), "h200-node-0"),
+            Err("cannot allocate all claims".into())
+        );
+        inventory.release(&first);
+        assert_eq!(
+            inventory.allocate(&claim(1, "200Gi"), "h200-node-0"),
+            Err("cannot allocate all claims".into()),
+            "no device has 200Gi"
+        );
+        assert_eq!(
+            inventory.free("h200-node-0"),
+            8,
+            "a failed allocation takes nothing"
+        );
+    }
+}
