@@ -5,8 +5,10 @@
 pub mod dra;
 pub mod envoy;
 pub mod expand;
+pub mod grove;
 pub mod kcm;
 pub mod launch;
+pub mod lws;
 pub mod nodes;
 pub mod scheduler;
 pub mod world;
