@@ -268,6 +268,50 @@ fn every_upstream_cluster_on_both_stacks() {
     assert!(seen >= 40, "only {seen} cluster cases");
 }
 
+/// Kubernetes' rule for object names (RFC 1123 subdomain, at most 253).
+fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// Every object every upstream cluster composes (its cloud cluster's
+/// managed resources and its stack included) is named as an API server
+/// accepts: a name with `_` is refused and the resource never exists.
+#[test]
+fn every_composed_name_is_a_valid_kubernetes_name() {
+    let all = manifests();
+    for (file, objects) in all {
+        let classes = classes_for(file, all);
+        for cluster in of_kind::<InferenceCluster>(objects, "InferenceCluster") {
+            for stack in [Stack::Standard, Stack::Dynamo] {
+                let (steady, ss) = steady_state(&with_stack(cluster.clone(), stack), &classes);
+                let cloud = cloud_composition(&steady);
+                for c in [Some(&steady), cloud.as_ref(), ss.as_ref()]
+                    .into_iter()
+                    .flatten()
+                {
+                    for d in &c.desired {
+                        let name = d.object["metadata"]["name"].as_str().unwrap_or_default();
+                        assert!(
+                            is_dns_subdomain(name),
+                            "{}: {} {name:?} is not a valid name",
+                            case_name(file),
+                            d.kind()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The composed cloud cluster XR's own composition, running, with its EFS
 /// file system known.
 fn cloud_composition(c: &Composition) -> Option<Composition> {

@@ -32,9 +32,9 @@ use modelplane_compose::world::{ObjectRef, Subject};
 
 use crate::index::{Index, Kind};
 use crate::queue::Queue;
-use modelplane_supervisor::Supervisor;
 use crate::target::Connection;
 use crate::watch::Watched;
+use modelplane_supervisor::Supervisor;
 
 /// How the controller runs.
 #[derive(Clone, Debug)]

@@ -167,11 +167,21 @@ fn role(b: &mut Builder<'_>, part: &str, service: &str, policies: &[&str]) {
         json!({ "assumeRolePolicy": trust(service) }),
     );
     for policy in policies {
-        let short = policy
+        // A policy's name may hold `_` (AmazonEKS_CNI_Policy), which no
+        // Kubernetes name may.
+        let short: String = policy
             .rsplit('/')
             .next()
             .unwrap_or(policy)
-            .to_ascii_lowercase();
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
+            .collect();
         b.managed(
             IAM,
             "RolePolicyAttachment",
