@@ -84,7 +84,11 @@ where
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192));
     tokio::pin!(shutdown);
+    // Connections belong to this future: dropping it (a crash, a stopped
+    // supervisor) closes every one of them at once.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         // At the cap, wait for a connection to close before accepting more.
         let slot = tokio::select! {
             slot = slots.clone().acquire_owned() => match slot {
@@ -109,7 +113,7 @@ where
         let service = hyper::service::service_fn(handler.clone());
         let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        connections.spawn(async move {
             let _ = connection.await;
             drop(slot);
         });

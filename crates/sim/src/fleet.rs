@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use crate::client::{self, Kind as ApiKind, builtin};
 use crate::cloud::{self, Observation, Phase, Role};
 use crate::cluster::Workloads;
+use crate::cluster::dra::Hardware;
 use crate::crossplane::{self, KINDS};
 use crate::faults::Faults;
 use crate::helm;
@@ -47,6 +48,13 @@ pub struct Config {
 
 /// Control-plane Secrets are watched too (kubeconfigs of Helm provider configs).
 const SECRETS: usize = usize::MAX;
+/// InferenceClusters: which class (devices) and fabric each pool has.
+const CLUSTERS: usize = usize::MAX - 1;
+/// InferenceClasses.
+const CLASSES: usize = usize::MAX - 2;
+
+/// Watched besides Crossplane's kinds.
+const EXTRA: [usize; 3] = [SECRETS, CLUSTERS, CLASSES];
 
 /// Runs the simulated clouds until the supervisor stops.
 pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workloads>) {
@@ -58,10 +66,13 @@ pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workload
             informer::watch(config.control.clone(), api_kind(index), index, tx.clone()),
         );
     }
-    supervisor.spawn(
-        "sim-watch",
-        informer::watch(config.control.clone(), api_kind(SECRETS), SECRETS, tx),
-    );
+    for index in EXTRA {
+        supervisor.spawn(
+            "sim-watch",
+            informer::watch(config.control.clone(), api_kind(index), index, tx.clone()),
+        );
+    }
+    drop(tx);
     let mut fleet = Fleet::new(config, workloads);
     loop {
         let wake = fleet.next_wake();
@@ -134,8 +145,25 @@ async fn install(control: &Client) {
 }
 
 fn api_kind(index: usize) -> ApiKind {
-    if index == SECRETS {
-        return builtin::secret();
+    match index {
+        SECRETS => return builtin::secret(),
+        CLUSTERS => {
+            return ApiKind::new(
+                "modelplane.ai/v1alpha1",
+                "InferenceCluster",
+                "inferenceclusters",
+                false,
+            );
+        }
+        CLASSES => {
+            return ApiKind::new(
+                "modelplane.ai/v1alpha1",
+                "InferenceClass",
+                "inferenceclasses",
+                false,
+            );
+        }
+        _ => {}
     }
     let k = &KINDS[index];
     ApiKind::new(&k.api_version(), k.kind, k.plural, k.namespaced)
@@ -158,6 +186,7 @@ enum Effect {
         id: String,
         pool: cloud::Pool,
         provider: &'static str,
+        hardware: Hardware,
     },
     /// A pool's nodes are gone.
     PoolGone { cluster: String, id: String },
@@ -251,11 +280,15 @@ impl Fleet {
     /// gate many (providers, their configs, Secrets).
     fn touch(&mut self, key: &Key, object: &Value) {
         let kind = KINDS.get(key.0);
-        let broad = key.0 == SECRETS
+        let broad = EXTRA.contains(&key.0)
             || kind.is_some_and(|k| k.provider.is_none() || !crossplane::is_managed(k));
         if broad {
-            self.dirty
-                .extend(self.objects.keys().filter(|k| k.0 != SECRETS).cloned());
+            self.dirty.extend(
+                self.objects
+                    .keys()
+                    .filter(|k| !EXTRA.contains(&k.0))
+                    .cloned(),
+            );
             return;
         }
         self.dirty.insert(key.clone());
@@ -389,7 +422,7 @@ impl Fleet {
     }
 
     fn plan(&mut self, key: &Key, now: Duration) -> Option<Work> {
-        if key.0 == SECRETS {
+        if EXTRA.contains(&key.0) {
             return None;
         }
         let object = self.objects.at(key)?.clone();
@@ -468,11 +501,13 @@ impl Fleet {
             }
             Role::Pool => {
                 let pool = cloud::pool(kind.kind, kind.group, &object["spec"]["forProvider"])?;
+                let hardware = self.hardware(group, &pool.name);
                 return Some(Effect::Pool {
                     cluster: group.to_string(),
                     id: key.2.clone(),
                     pool,
                     provider: kind.provider.unwrap_or_default(),
+                    hardware,
                 });
             }
             Role::Other => {}
@@ -485,6 +520,31 @@ impl Fleet {
             cluster,
             kind: kind.kind.to_string(),
         })
+    }
+
+    /// The devices and fabric of pool `pool` of InferenceCluster `cluster`:
+    /// its InferenceClass's devices, the pool's fabric.
+    fn hardware(&self, cluster: &str, pool: &str) -> Hardware {
+        let Some(ic) = self.get(CLUSTERS, "", cluster) else {
+            return Hardware::default();
+        };
+        let Some(spec) = ic["spec"]["nodePools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == pool)
+        else {
+            return Hardware::default();
+        };
+        let class = spec["className"].as_str().unwrap_or_default();
+        let devices = self
+            .get(CLASSES, "", class)
+            .and_then(|c| c["spec"]["devices"].as_array().cloned())
+            .unwrap_or_default();
+        Hardware {
+            devices,
+            fabric: spec["fabric"]["type"].as_str().map(str::to_string),
+        }
     }
 
     fn gone_effect(&self, index: usize, object: &Value) -> Option<Work> {
@@ -656,11 +716,13 @@ impl Fleet {
                 id,
                 pool,
                 provider,
+                hardware,
             } => {
                 let workload = self
                     .workloads
                     .by_name(&cluster)
                     .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
+                workload.set_hardware(&pool.name, hardware);
                 workload.set_pool(&id, pool, provider).await
             }
             Effect::PoolGone { cluster, id } => match self.workloads.by_name(&cluster) {

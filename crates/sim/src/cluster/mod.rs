@@ -3,13 +3,16 @@
 //! cloud pools bring and the in-cluster controllers its Helm releases start.
 
 pub mod dra;
+pub mod edge;
 pub mod envoy;
 pub mod expand;
 pub mod grove;
 pub mod kcm;
+pub mod kubelet;
 pub mod launch;
 pub mod lws;
 pub mod nodes;
+pub mod run;
 pub mod scheduler;
 pub mod world;
 
@@ -135,8 +138,12 @@ impl Workloads {
             pools: Mutex::default(),
             controllers: Mutex::default(),
             edge: Mutex::default(),
+            hardware: Mutex::default(),
         });
         by_server.insert(server, workload.clone());
+        workload
+            .scope
+            .spawn("sim-cluster", run::run(workload.clone()));
         tracing::info!(cluster = name, "workload cluster is up");
         Ok(workload)
     }
@@ -189,12 +196,39 @@ pub struct Workload {
     controllers: Mutex<BTreeSet<Controller>>,
     /// The edge data plane, once Envoy Gateway runs.
     edge: Mutex<Option<Arc<modelplane_gateway::proxy::Gateway>>>,
+    /// Pool name → its devices and fabric.
+    hardware: Mutex<BTreeMap<String, dra::Hardware>>,
 }
 
 impl Workload {
     /// The client its in-cluster controllers use.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The controllers its Helm releases started.
+    pub fn controllers(&self) -> BTreeSet<Controller> {
+        self.controllers
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// Pool name → the devices and fabric of its nodes.
+    pub fn hardware(&self) -> BTreeMap<String, dra::Hardware> {
+        self.hardware.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// The devices and fabric of pool `pool`'s nodes.
+    pub fn set_hardware(&self, pool: &str, hardware: dra::Hardware) {
+        if let Ok(mut h) = self.hardware.lock() {
+            h.insert(pool.to_string(), hardware);
+        }
+    }
+
+    /// The edge data plane, once Envoy Gateway runs.
+    pub fn edge(&self) -> Option<Arc<modelplane_gateway::proxy::Gateway>> {
+        self.edge.lock().ok()?.clone()
     }
 
     /// The pool cloud resource `resource` brings has its nodes: nodes are

@@ -1,0 +1,839 @@
+//! The kubelets of a workload cluster: for each pod bound to one of its
+//! nodes, the image pull (cached per node), the `$(VAR)` expansion, the
+//! process the command line starts ([`super::launch`]), and then:
+//!
+//! - an engine loads its weights — from the ModelCache volume at the
+//!   storage's bandwidth, shared by every pod reading it at once; or, on a
+//!   cluster running the ModelExpress server whose pool has a fabric, from a
+//!   peer that already serves the model at the fabric's bandwidth — joins
+//!   its ranks (rank 0 serves only once every rank reached it through the
+//!   address it was given), and serves on the pod's own loopback address as
+//!   an engine-sim answering the names its command gives;
+//! - a process that exits is restarted with CrashLoopBackOff's back-off,
+//!   its output kept as the container's log;
+//! - a hydration Job's download copies the model at storage bandwidth and
+//!   exits 0; anything else runs until stopped.
+//!
+//! The kubelet is stateful (processes, transfers); what it writes is
+//! computed from that state and the snapshot.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::expand::{command_line, environment};
+use super::launch::{self, Exit, Launch, Process};
+use super::world::{World, Write, deleting, kinds, name, namespace, pod_done};
+use crate::engine::{Engine, EngineConfig};
+use crate::profile::Profile;
+
+const SOURCE: &str = "kubelet";
+
+/// A pod: `(namespace, name)`.
+type PodKey = (String, String);
+
+/// The next loopback address handed to a pod (127.1.0.1 onwards).
+static NEXT_IP: AtomicU32 = AtomicU32::new(0);
+
+fn next_ip() -> Ipv4Addr {
+    loop {
+        let n = NEXT_IP.fetch_add(1, Ordering::Relaxed);
+        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 0)) + n);
+        let last = ip.octets()[3];
+        if last != 0 && last != 255 {
+            return ip;
+        }
+    }
+}
+
+/// Where an engine's weights come from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// The cluster's shared storage (the ModelCache volume, or a download).
+    Storage,
+    /// A peer pod serving the model, over the pool's fabric (ModelExpress).
+    Peer { pod: String, fabric: String },
+}
+
+#[derive(Debug)]
+enum Stage {
+    Pulling {
+        until: Duration,
+    },
+    /// Waiting to reach rank 0 (ranks above 0), until `until`.
+    Connecting {
+        until: Duration,
+    },
+    Loading {
+        remaining: f64,
+        source: Source,
+    },
+    /// Weights loaded; rank 0 waits for its other ranks.
+    Joining,
+    Running,
+    BackOff {
+        until: Duration,
+    },
+    Succeeded,
+    Failed,
+}
+
+/// A running engine process: dropping `stop` ends it and every connection.
+#[derive(Debug)]
+struct Serving {
+    _stop: watch::Sender<bool>,
+}
+
+#[derive(Debug)]
+struct Run {
+    uid: String,
+    node: String,
+    ip: Ipv4Addr,
+    stage: Stage,
+    restarts: u32,
+    last_exit: Option<(Exit, String)>,
+    log: String,
+    launch: Option<Launch>,
+    download: bool,
+    serving: Option<Serving>,
+    started_at: String,
+    written: Value,
+}
+
+/// What a cluster's kubelets hold.
+#[derive(Debug, Default)]
+pub struct Kubelets {
+    images: HashMap<String, HashSet<String>>,
+    runs: BTreeMap<PodKey, Run>,
+    /// When the last step ran, for transfers.
+    last: Option<Duration>,
+}
+
+/// What a kubelet step needs besides the snapshot.
+pub struct Context<'a> {
+    /// Now.
+    pub now: Duration,
+    /// Timings.
+    pub profile: &'a Profile,
+    /// The ModelExpress server runs in the cluster.
+    pub model_express: bool,
+    /// Pool name → its fabric.
+    pub fabrics: &'a BTreeMap<String, String>,
+    /// Spawns a process's task (the cluster's scope).
+    pub spawn: &'a dyn Fn(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+}
+
+/// What the kubelets did: writes, and when to look again.
+pub struct Pass {
+    /// Pod statuses and events.
+    pub writes: Vec<Write>,
+    /// The next time something is due, if anything is.
+    pub wake: Option<Duration>,
+}
+
+fn pod_key(pod: &Value) -> PodKey {
+    (namespace(pod).to_string(), name(pod).to_string())
+}
+
+/// The bytes of the model an engine loads: the ModelCache volume's size
+/// when it reads from one, else its parameter count at 16 bits.
+fn model_bytes(world: &World<'_>, pod: &Value, launch: &Launch) -> f64 {
+    const GI: f64 = 1024.0 * 1024.0 * 1024.0;
+    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
+        let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() else {
+            continue;
+        };
+        let mounted_at = pod["spec"]["containers"][0]["volumeMounts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == volume["name"])
+            .and_then(|m| m["mountPath"].as_str())
+            .unwrap_or_default();
+        if !mounted_at.is_empty() && launch.model.starts_with(mounted_at) {
+            let size = world
+                .get(kinds::PVC, namespace(pod), claim)
+                .and_then(|p| p["spec"]["resources"]["requests"]["storage"].as_str())
+                .and_then(parse_gi)
+                .unwrap_or(10.0);
+            return size * GI;
+        }
+    }
+    parameters(&launch.model).map_or(GI, |billions| billions * 2.0 * 1e9)
+}
+
+fn parse_gi(quantity: &str) -> Option<f64> {
+    let (number, unit) = quantity.split_at(
+        quantity
+            .find(|c: char| c.is_alphabetic())
+            .unwrap_or(quantity.len()),
+    );
+    let n: f64 = number.parse().ok()?;
+    Some(match unit {
+        "Ti" => n * 1024.0,
+        "Gi" | "" => n,
+        "Mi" => n / 1024.0,
+        "T" => n * 1e12 / 1073741824.0,
+        "G" => n * 1e9 / 1073741824.0,
+        _ => n,
+    })
+}
+
+/// Billions of parameters a model's name says (`Qwen3-8B`, `480B-A35B`).
+fn parameters(model: &str) -> Option<f64> {
+    let upper = model.to_uppercase();
+    let bytes = upper.as_bytes();
+    for (i, b) in bytes.iter().enumerate() {
+        if *b != b'B' || i == 0 {
+            continue;
+        }
+        let start = upper[..i]
+            .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .map_or(0, |p| p + 1);
+        let ends_word = bytes.get(i + 1).is_none_or(|n| !n.is_ascii_alphanumeric());
+        if start < i && ends_word && (start == 0 || !bytes[start - 1].is_ascii_alphabetic()) {
+            return upper[start..i].parse().ok();
+        }
+    }
+    None
+}
+
+/// The pod a host name resolves to: `<hostname>.<subdomain>.<namespace>`,
+/// with or without `.svc.cluster.local`, as cluster DNS answers for pods
+/// behind a headless Service.
+fn resolve<'w>(world: &'w World<'_>, address: &str) -> Option<&'w Value> {
+    let host = address
+        .split(':')
+        .next()?
+        .trim_end_matches(".svc.cluster.local");
+    let mut parts = host.splitn(3, '.');
+    let (hostname, subdomain, ns) = (parts.next()?, parts.next()?, parts.next()?);
+    world.all(kinds::POD).find(|p| {
+        namespace(p) == ns
+            && p["spec"]["hostname"] == hostname
+            && p["spec"]["subdomain"] == subdomain
+            && !deleting(p)
+    })
+}
+
+fn backoff(profile: &Profile, restarts: u32) -> Duration {
+    let seconds = (10u64 << restarts.saturating_sub(1).min(5)).min(300);
+    profile.scale(Duration::from_secs(seconds))
+}
+
+fn devices_of(world: &World<'_>, pod: &Value) -> u64 {
+    pod["status"]["resourceClaimStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            world.get(
+                kinds::CLAIM,
+                namespace(pod),
+                s["resourceClaimName"].as_str()?,
+            )
+        })
+        .map(|c| {
+            c["status"]["allocation"]["devices"]["results"]
+                .as_array()
+                .map_or(0, Vec::len) as u64
+        })
+        .sum()
+}
+
+impl Kubelets {
+    /// One pass over every pod bound to a node.
+    pub fn step(&mut self, world: &World<'_>, cx: &Context<'_>) -> Pass {
+        let elapsed = self
+            .last
+            .map_or(Duration::ZERO, |l| cx.now.saturating_sub(l));
+        self.last = Some(cx.now);
+        let mut writes = Vec::new();
+        // Pods gone (or being deleted): their processes stop.
+        let live: HashSet<PodKey> = world
+            .all(kinds::POD)
+            .filter(|p| !deleting(p) && p["spec"]["nodeName"].is_string())
+            .map(pod_key)
+            .collect();
+        self.runs.retain(|k, run| {
+            let keep = live.contains(k)
+                && world
+                    .get(kinds::POD, &k.0, &k.1)
+                    .is_some_and(|p| p["metadata"]["uid"] == run.uid.as_str());
+            if !keep {
+                tracing::debug!(pod = %k.1, "container stopped");
+            }
+            keep
+        });
+        self.advance_transfers(elapsed, cx.profile);
+        let pods: Vec<&Value> = world
+            .all(kinds::POD)
+            .filter(|p| p["spec"]["nodeName"].is_string() && !deleting(p))
+            .collect();
+        for pod in &pods {
+            self.pod_step(world, pod, cx, &mut writes);
+        }
+        self.join_ranks(world, cx);
+        for pod in &pods {
+            if let Some(status) = self.status(world, pod) {
+                writes.push(status);
+            }
+        }
+        Pass {
+            writes,
+            wake: self.next_wake(cx.profile),
+        }
+    }
+
+    fn advance_transfers(&mut self, elapsed: Duration, profile: &Profile) {
+        let readers = self
+            .runs
+            .values()
+            .filter(|r| {
+                matches!(
+                    r.stage,
+                    Stage::Loading {
+                        source: Source::Storage,
+                        ..
+                    }
+                )
+            })
+            .count()
+            .max(1) as f64;
+        let secs = elapsed.as_secs_f64() * profile.time_scale.max(f64::MIN_POSITIVE);
+        for run in self.runs.values_mut() {
+            if let Stage::Loading { remaining, source } = &mut run.stage {
+                let rate = match source {
+                    Source::Storage => profile.storage_bandwidth / readers,
+                    Source::Peer { .. } => profile.fabric_bandwidth,
+                };
+                *remaining -= rate * secs;
+            }
+        }
+    }
+
+    fn next_wake(&self, profile: &Profile) -> Option<Duration> {
+        let readers = self
+            .runs
+            .values()
+            .filter(|r| {
+                matches!(
+                    r.stage,
+                    Stage::Loading {
+                        source: Source::Storage,
+                        ..
+                    }
+                )
+            })
+            .count()
+            .max(1) as f64;
+        let now = self.last.unwrap_or_default();
+        self.runs
+            .values()
+            .filter_map(|run| match &run.stage {
+                Stage::Pulling { until }
+                | Stage::BackOff { until }
+                | Stage::Connecting { until } => Some(*until),
+                Stage::Loading { remaining, source } => {
+                    let rate = match source {
+                        Source::Storage => profile.storage_bandwidth / readers,
+                        Source::Peer { .. } => profile.fabric_bandwidth,
+                    };
+                    Some(
+                        now + profile.scale(Duration::from_secs_f64((remaining / rate).max(0.0)))
+                            + Duration::from_millis(1),
+                    )
+                }
+                _ => None,
+            })
+            .min()
+    }
+
+    fn pod_step(
+        &mut self,
+        world: &World<'_>,
+        pod: &Value,
+        cx: &Context<'_>,
+        writes: &mut Vec<Write>,
+    ) {
+        let key = pod_key(pod);
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let container = &pod["spec"]["containers"][0];
+        let image = container["image"].as_str().unwrap_or_default().to_string();
+        if !self.runs.contains_key(&key) {
+            if pod_done(pod) {
+                return;
+            }
+            let cached = self.images.get(&node).is_some_and(|i| i.contains(&image));
+            let until = if cached {
+                cx.now
+            } else {
+                cx.now + cx.profile.scale(cx.profile.image_pull)
+            };
+            if !cached {
+                writes.push(event(
+                    pod,
+                    "Normal",
+                    "Pulling",
+                    format!("Pulling image \"{image}\""),
+                ));
+            }
+            self.runs.insert(
+                key.clone(),
+                Run {
+                    uid: pod["metadata"]["uid"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    node: node.clone(),
+                    ip: next_ip(),
+                    stage: Stage::Pulling { until },
+                    restarts: 0,
+                    last_exit: None,
+                    log: String::new(),
+                    launch: None,
+                    download: false,
+                    serving: None,
+                    started_at: world.timestamp.to_string(),
+                    written: Value::Null,
+                },
+            );
+        }
+        let Some(run) = self.runs.get_mut(&key) else {
+            return;
+        };
+        match &run.stage {
+            Stage::Pulling { until } | Stage::BackOff { until } if cx.now >= *until => {
+                if matches!(run.stage, Stage::Pulling { .. })
+                    && !self.images.get(&node).is_some_and(|i| i.contains(&image))
+                {
+                    writes.push(event(
+                        pod,
+                        "Normal",
+                        "Pulled",
+                        format!("Successfully pulled image \"{image}\""),
+                    ));
+                    self.images
+                        .entry(node.clone())
+                        .or_default()
+                        .insert(image.clone());
+                }
+                let Some(run) = self.runs.get_mut(&key) else {
+                    return;
+                };
+                start(world, pod, run, cx, writes);
+            }
+            Stage::Connecting { until } if cx.now >= *until => {
+                let address = run
+                    .launch
+                    .as_ref()
+                    .and_then(|l| l.master_addr.clone())
+                    .unwrap_or_default();
+                let exit = Exit {
+                    code: 1,
+                    log: format!(
+                        "RuntimeError: could not reach rank 0 at {address}: Name or service not known\n"
+                    ),
+                };
+                exited(pod, run, exit, cx, writes);
+            }
+            Stage::Loading { remaining, .. } if *remaining <= 0.0 => {
+                if run.download {
+                    run.log.push_str("download complete\n");
+                    run.stage = Stage::Succeeded;
+                } else {
+                    writes.push(event(
+                        pod,
+                        "Normal",
+                        "WeightsLoaded",
+                        "Model weights loaded".into(),
+                    ));
+                    run.stage = Stage::Joining;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Rank 0 of a multi-node engine serves once every rank reached it;
+    /// a single-node engine serves once its weights are loaded.
+    fn join_ranks(&mut self, world: &World<'_>, cx: &Context<'_>) {
+        let mut joined: HashMap<PodKey, u32> = HashMap::new();
+        for run in self.runs.values() {
+            let Some(launch) = &run.launch else { continue };
+            if launch.node_rank == 0 || !matches!(run.stage, Stage::Joining | Stage::Running) {
+                continue;
+            }
+            let Some(leader) = launch
+                .master_addr
+                .as_deref()
+                .and_then(|a| resolve(world, a))
+            else {
+                continue;
+            };
+            *joined.entry(pod_key(leader)).or_default() += 1;
+        }
+        for (key, run) in &mut self.runs {
+            if !matches!(run.stage, Stage::Joining) {
+                continue;
+            }
+            let Some(launch) = run.launch.clone() else {
+                run.stage = Stage::Running;
+                continue;
+            };
+            let ready =
+                launch.node_rank > 0 || joined.get(key).copied().unwrap_or(0) + 1 >= launch.nnodes;
+            if !ready {
+                continue;
+            }
+            run.stage = Stage::Running;
+            if let Some(port) = launch.port {
+                run.log.push_str(&format!(
+                    "INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)\n"
+                ));
+                run.serving = Some(serve(run.ip, port, &launch, cx));
+            }
+        }
+    }
+
+    /// The status the kubelet reports for `pod`, if it changed.
+    fn status(&mut self, world: &World<'_>, pod: &Value) -> Option<Write> {
+        let run = self.runs.get_mut(&pod_key(pod))?;
+        let container = &pod["spec"]["containers"][0];
+        let container_name = container["name"].as_str().unwrap_or("main");
+        let ready = matches!(run.stage, Stage::Running);
+        let (phase, state) = match &run.stage {
+            Stage::Pulling { .. } => (
+                "Pending",
+                json!({ "waiting": { "reason": "ContainerCreating" } }),
+            ),
+            Stage::BackOff { .. } => (
+                "Running",
+                json!({ "waiting": { "reason": "CrashLoopBackOff",
+                "message": format!("back-off restarting failed container={container_name} pod={}_{}({})", name(pod), namespace(pod), run.uid) } }),
+            ),
+            Stage::Succeeded => (
+                "Succeeded",
+                json!({ "terminated": { "exitCode": 0, "reason": "Completed", "startedAt": run.started_at, "finishedAt": world.timestamp } }),
+            ),
+            Stage::Failed => (
+                "Failed",
+                json!({ "terminated": { "exitCode": run.last_exit.as_ref().map_or(1, |e| e.0.code), "reason": "Error" } }),
+            ),
+            _ => (
+                "Running",
+                json!({ "running": { "startedAt": run.started_at } }),
+            ),
+        };
+        let mut container_status = json!({
+            "name": container_name, "image": container["image"], "imageID": "",
+            "ready": ready, "started": !matches!(run.stage, Stage::Pulling { .. } | Stage::BackOff { .. }),
+            "restartCount": run.restarts, "state": state,
+        });
+        if let Some((exit, finished)) = &run.last_exit {
+            container_status["lastState"] = json!({ "terminated": { "exitCode": exit.code, "reason": "Error", "finishedAt": finished } });
+        }
+        let condition = |type_: &str, ok: bool| json!({ "type": type_, "status": if ok { "True" } else { "False" } });
+        let status = json!({
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "podIP": run.ip.to_string(),
+            "podIPs": [{ "ip": run.ip.to_string() }],
+            "startTime": run.started_at,
+            "conditions": [
+                condition("PodReadyToStartContainers", true),
+                condition("Initialized", true),
+                condition("ContainersReady", ready),
+                condition("Ready", ready),
+                condition("PodScheduled", true),
+            ],
+            "containerStatuses": [container_status],
+        });
+        if status == run.written {
+            return None;
+        }
+        run.written = status.clone();
+        Some(Write::Status {
+            kind: kinds::POD,
+            object: pod.clone(),
+            status,
+            manager: SOURCE,
+        })
+    }
+
+    /// The log of the container of `pod` (this run's and, with `previous`, the last one's).
+    pub fn log(&self, namespace: &str, pod: &str) -> Option<String> {
+        self.runs
+            .get(&(namespace.to_string(), pod.to_string()))
+            .map(|r| r.log.clone())
+    }
+
+    /// Kills the engine process of `pod`, as a crash would: its
+    /// connections close at once; the kubelet restarts it.
+    pub fn kill(&mut self, namespace: &str, pod: &str, cx: &Context<'_>) -> bool {
+        let Some(run) = self.runs.get_mut(&(namespace.to_string(), pod.to_string())) else {
+            return false;
+        };
+        run.serving = None;
+        run.restarts += 1;
+        run.last_exit = Some((
+            Exit {
+                code: 137,
+                log: "Killed\n".into(),
+            },
+            String::new(),
+        ));
+        run.log.push_str("Killed\n");
+        run.stage = Stage::BackOff {
+            until: cx.now + backoff(cx.profile, run.restarts),
+        };
+        true
+    }
+
+    /// Where each pod serving an engine listens.
+    pub fn engines(&self) -> Vec<(PodKey, SocketAddr)> {
+        self.runs
+            .iter()
+            .filter(|(_, r)| r.serving.is_some())
+            .filter_map(|(k, r)| {
+                Some((
+                    k.clone(),
+                    SocketAddr::from((r.ip, r.launch.as_ref()?.port?)),
+                ))
+            })
+            .collect()
+    }
+}
+
+fn event(pod: &Value, type_: &'static str, reason: &str, message: String) -> Write {
+    Write::Event {
+        object: pod.clone(),
+        type_,
+        reason: reason.into(),
+        message,
+        source: SOURCE,
+    }
+}
+
+fn exited(pod: &Value, run: &mut Run, exit: Exit, cx: &Context<'_>, writes: &mut Vec<Write>) {
+    run.log.push_str(&exit.log);
+    run.serving = None;
+    let restart = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
+    let finished = crate::fleet::timestamp();
+    let failed = exit.code != 0;
+    run.last_exit = Some((exit, finished));
+    if restart == "Never" || (restart == "OnFailure" && !failed) {
+        run.stage = if failed {
+            Stage::Failed
+        } else {
+            Stage::Succeeded
+        };
+        return;
+    }
+    run.restarts += 1;
+    run.stage = Stage::BackOff {
+        until: cx.now + backoff(cx.profile, run.restarts),
+    };
+    let container = pod["spec"]["containers"][0]["name"]
+        .as_str()
+        .unwrap_or("main");
+    writes.push(event(
+        pod,
+        "Warning",
+        "BackOff",
+        format!(
+            "Back-off restarting failed container {container} in pod {}_{}({})",
+            name(pod),
+            namespace(pod),
+            run.uid
+        ),
+    ));
+}
+
+/// Starts the container of `pod`: expands its env and command, and runs
+/// what they launch.
+fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes: &mut Vec<Write>) {
+    let container = &pod["spec"]["containers"][0];
+    let container_name = container["name"].as_str().unwrap_or("main");
+    let image = container["image"].as_str().unwrap_or_default();
+    let (_, env) = environment(pod, container);
+    let (command, args) = command_line(container, &env);
+    let mut shell_log = String::new();
+    let argv = launch::argv(image, &command, &args, &env, &mut shell_log);
+    run.started_at = crate::fleet::timestamp();
+    writes.push(event(
+        pod,
+        "Normal",
+        "Started",
+        format!("Started container {container_name}"),
+    ));
+    match launch::process(&argv, shell_log) {
+        Process::Exits(exit) => exited(pod, run, exit, cx, writes),
+        Process::Service => {
+            run.launch = None;
+            run.stage = Stage::Running;
+        }
+        Process::Download { repo } => {
+            run.log.push_str(&format!("Downloading {repo}\n"));
+            let size = pod["spec"]["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find_map(|v| {
+                    world.get(
+                        kinds::PVC,
+                        namespace(pod),
+                        v["persistentVolumeClaim"]["claimName"].as_str()?,
+                    )
+                })
+                .and_then(|p| p["spec"]["resources"]["requests"]["storage"].as_str())
+                .and_then(parse_gi)
+                .unwrap_or(10.0);
+            run.download = true;
+            run.stage = Stage::Loading {
+                remaining: size * 1024.0 * 1024.0 * 1024.0,
+                source: Source::Storage,
+            };
+        }
+        Process::Engine(l) => {
+            let per_node = l.world_size.div_ceil(l.nnodes.max(1)) as u64;
+            let devices = devices_of(world, pod);
+            if per_node > devices.max(1) || (per_node > 1 && devices < per_node) {
+                let exit = Exit {
+                    code: 1,
+                    log: format!(
+                        "ValueError: The number of required GPUs ({per_node}) exceeds the total number of available GPUs ({devices}) on this node\n"
+                    ),
+                };
+                return exited(pod, run, exit, cx, writes);
+            }
+            run.log.push_str(&format!("INFO: vLLM-compatible engine (simulated) starting: model={} served_model_name={:?} rank {}/{}\n", l.model, l.served_names, l.node_rank, l.nnodes));
+            if l.node_rank > 0 {
+                let address = l.master_addr.clone().unwrap_or_default();
+                if resolve(world, &address).is_none() {
+                    run.launch = Some(l);
+                    run.stage = Stage::Connecting {
+                        until: cx.now + cx.profile.scale(Duration::from_secs(30)),
+                    };
+                    return;
+                }
+            }
+            let bytes = model_bytes(world, pod, &l);
+            let pool = |node: &str| {
+                world.get(kinds::NODE, "", node).and_then(|n| {
+                    n["metadata"]["labels"][modelplane_api::labels::POOL]
+                        .as_str()
+                        .map(str::to_string)
+                })
+            };
+            let fabric = pool(&run.node).and_then(|p| cx.fabrics.get(&p).cloned());
+            let wants_mx = container["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["name"] == "MODEL_EXPRESS_URL" || e["name"] == "MX_SERVER_ADDRESS");
+            let source = fabric
+                .filter(|_| cx.model_express && wants_mx)
+                .and_then(|fabric| peer_source(world, pod, &l, &fabric))
+                .unwrap_or(Source::Storage);
+            let message = match &source {
+                Source::Storage => format!(
+                    "Loading {:.0} GiB of weights from storage",
+                    bytes / 1073741824.0
+                ),
+                Source::Peer { pod: peer, fabric } => format!(
+                    "Loading {:.0} GiB of weights from peer {peer} over {fabric} (ModelExpress)",
+                    bytes / 1073741824.0
+                ),
+            };
+            writes.push(event(pod, "Normal", "LoadingWeights", message));
+            run.launch = Some(l);
+            run.stage = Stage::Loading {
+                remaining: bytes,
+                source,
+            };
+        }
+    }
+}
+
+/// A pod of the same model that serves already: ModelExpress's source.
+fn peer_source(world: &World<'_>, pod: &Value, launch: &Launch, fabric: &str) -> Option<Source> {
+    world
+        .all(kinds::POD)
+        .filter(|p| name(p) != name(pod) && super::world::pod_ready(p))
+        .find(|p| {
+            let c = &p["spec"]["containers"][0];
+            let (_, env) = environment(p, c);
+            let (command, args) = command_line(c, &env);
+            let mut log = String::new();
+            let argv = launch::argv(c["image"].as_str().unwrap_or_default(), &command, &args, &env, &mut log);
+            matches!(launch::process(&argv, log), Process::Engine(l) if l.model == launch.model && l.node_rank == 0)
+        })
+        .map(|p| Source::Peer { pod: name(p).to_string(), fabric: fabric.to_string() })
+}
+
+/// Serves the engine-sim of a launch on `ip:port` until stopped.
+fn serve(ip: Ipv4Addr, port: u16, launch: &Launch, cx: &Context<'_>) -> Serving {
+    let (stop, mut stopped) = watch::channel(false);
+    let config = EngineConfig {
+        model: launch
+            .served_names
+            .first()
+            .cloned()
+            .unwrap_or_else(|| launch.model.clone()),
+        time_to_first_token: Duration::from_millis(20),
+        inter_token_latency: Duration::from_millis(5),
+        ..EngineConfig::default()
+    };
+    let addr = SocketAddr::from((ip, port));
+    (cx.spawn)(Box::pin(async move {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(%addr, error = %e, "engine cannot listen");
+                return;
+            }
+        };
+        let engine = Engine::new(config);
+        // Ends when the pod's run is dropped (stop gone) — connections too.
+        let until_stopped = async move {
+            let _ = stopped.changed().await;
+        };
+        tokio::select! {
+            _ = crate::engine::serve(listener, engine, std::future::pending()) => {}
+            () = until_stopped => {}
+        }
+    }));
+    Serving { _stop: stop }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_are_read_from_a_models_name() {
+        assert_eq!(parameters("Qwen/Qwen3-8B"), Some(8.0));
+        assert_eq!(
+            parameters("Qwen/Qwen3-Coder-480B-A35B-Instruct"),
+            Some(480.0)
+        );
+        assert_eq!(parameters("meta-llama/Llama-3.1-70B-Instruct"), Some(70.0));
+        assert_eq!(parameters("/mnt/models"), None);
+    }
+
+    #[test]
+    fn the_back_off_doubles_from_ten_seconds_to_five_minutes() {
+        let p = Profile::fast();
+        assert_eq!(backoff(&p, 1), Duration::from_secs(10));
+        assert_eq!(backoff(&p, 2), Duration::from_secs(20));
+        assert_eq!(backoff(&p, 9), Duration::from_secs(300));
+    }
+}
