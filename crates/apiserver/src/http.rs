@@ -544,6 +544,14 @@ fn refusal(target: &Target, name: &str, r: Refusal) -> Failure {
         Refusal::BadRequest(message) => {
             Failure::new(StatusCode::BAD_REQUEST, "BadRequest", message)
         }
+        Refusal::Conflict(message) => Failure::new(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {message}",
+                target.resource.plural
+            ),
+        ),
     }
 }
 
@@ -1194,6 +1202,13 @@ async fn update_to(
     } = successor;
     let (mut new, change, warnings) = if target.status {
         let managed = new["metadata"]["managedFields"].clone();
+        crate::object::check_uid(old_object, &new).map_err(|r| {
+            refusal(
+                target,
+                old_object["metadata"]["name"].as_str().unwrap_or_default(),
+                r,
+            )
+        })?;
         let (mut out, change) = prepare_status_update(old_object, &new);
         if applied {
             out["metadata"]["managedFields"] = managed;
@@ -1397,6 +1412,15 @@ async fn server_side_apply(
         .await?
         .map_err(|e| store_failure(target, name, e))?;
     let Some(old) = live else {
+        // An apply creates the object only on its main endpoint; a status
+        // or scale apply is for an object that exists.
+        if target.status || target.scale {
+            return Err(Failure::new(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                format!("{} \"{name}\" not found", target.qualified()),
+            ));
+        }
         check_namespace(server, target).await?;
         let mut object = crate::apply::apply(None, &applied, manager, force, &now, target.scope())
             .map_err(conflict)?;
@@ -1439,6 +1463,7 @@ async fn server_side_apply(
         ));
     };
     let old_object = decode(&old)?;
+    crate::object::check_uid(&old_object, &applied).map_err(|r| refusal(target, name, r))?;
     let new = crate::apply::apply(
         Some(&old_object),
         &applied,

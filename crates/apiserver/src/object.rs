@@ -36,6 +36,9 @@ pub enum Refusal {
     /// 400: the request contradicts itself.
     #[error("{0}")]
     BadRequest(String),
+    /// 409: a precondition the request carries does not hold.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// What the server decides for a new object: its uid, its creation time and
@@ -276,9 +279,24 @@ pub fn prepare_status_update(old: &Value, new: &Value) -> (Value, Change) {
     (out, change)
 }
 
+/// A uid in a write is a precondition: the write is for that object and no
+/// other (not one deleted and created again under the same name).
+pub fn check_uid(old: &Value, new: &Value) -> Result<(), Refusal> {
+    match (
+        new["metadata"]["uid"].as_str(),
+        old["metadata"]["uid"].as_str(),
+    ) {
+        (Some(given), Some(stored)) if given != stored => Err(Refusal::Conflict(format!(
+            "Precondition failed: UID in precondition: {given}, UID in object meta: {stored}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Copies what the client may not change from `old` into `new`, and refuses
 /// a rename or a move to another namespace.
 fn carry_metadata(old: &Value, new: &mut Value) -> Result<(), Refusal> {
+    check_uid(old, new)?;
     let old_meta = old["metadata"].as_object().cloned().unwrap_or_default();
     let meta = metadata(new);
     for key in ["name", "namespace"] {
@@ -359,4 +377,28 @@ pub fn mark_deleting(object: &mut Value) -> bool {
     meta.insert("deletionGracePeriodSeconds".into(), json!(0));
     meta.insert("generation".into(), json!(generation + 1));
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_naming_another_uid_is_refused() {
+        let old = json!({ "metadata": { "name": "p", "uid": "u1", "resourceVersion": "3" } });
+        let resource = crate::resources::builtins()
+            .into_iter()
+            .find(|r| r.plural == "pods")
+            .expect("pods");
+        let mut new = json!({ "metadata": { "name": "p", "uid": "u0" }, "spec": {} });
+        match prepare_update(&old, &mut new, &resource) {
+            Err(Refusal::Conflict(m)) => assert_eq!(
+                m,
+                "Precondition failed: UID in precondition: u0, UID in object meta: u1"
+            ),
+            other => panic!("{other:?}"),
+        }
+        let mut same = json!({ "metadata": { "name": "p", "uid": "u1" }, "spec": {} });
+        assert!(prepare_update(&old, &mut same, &resource).is_ok());
+    }
 }

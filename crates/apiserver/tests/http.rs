@@ -1462,3 +1462,65 @@ async fn deleting_a_crd_waits_for_its_objects_finalizers() {
     .await;
     eventually(&f, crd, StatusCode::NOT_FOUND).await;
 }
+
+/// A status apply for an object that does not exist is 404 (it must not
+/// create one), and a write carrying another object's uid is 409: a
+/// scheduler or kubelet working from an old view never writes into an
+/// object deleted and created again under the same name.
+#[tokio::test]
+async fn status_applies_never_create_and_a_stale_uid_conflicts() {
+    let f = Fixture::new();
+    let pods = "/api/v1/namespaces/ns/pods";
+    let apply = |uri: String, body: Value| {
+        Request::builder()
+            .method(Method::PATCH)
+            .uri(uri)
+            .header("content-type", "application/apply-patch+yaml")
+            .body(Body::from(body.to_string()))
+            .expect("request")
+    };
+    let status_apply = json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "p" }, "status": { "phase": "Running" } });
+    let response = router(f.server.clone())
+        .oneshot(apply(
+            format!("{pods}/p/status?fieldManager=kubelet"),
+            status_apply.clone(),
+        ))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let (code, _) = f.call(Method::GET, &format!("{pods}/p"), None).await;
+    assert_eq!(code, StatusCode::NOT_FOUND, "nothing was created");
+
+    let (_, created) = f
+        .call(Method::POST, pods, Some(json!({ "metadata": { "name": "p" }, "spec": { "containers": [{ "name": "c", "image": "i" }] } })))
+        .await;
+    let (code, body) = f
+        .call(
+            Method::PATCH,
+            &format!("{pods}/p"),
+            Some(json!({ "metadata": { "uid": "not-this-one" }, "spec": { "nodeName": "n1" } })),
+        )
+        .await;
+    assert_eq!(code, StatusCode::CONFLICT, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Precondition failed: UID in precondition")),
+        "{body}"
+    );
+    let (code, bound) = f
+        .call(Method::PATCH, &format!("{pods}/p"), Some(json!({ "metadata": { "uid": created["metadata"]["uid"] }, "spec": { "nodeName": "n1" } })))
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(bound["spec"]["nodeName"], "n1");
+    let mut stale = status_apply;
+    stale["metadata"]["uid"] = json!("not-this-one");
+    let response = router(f.server.clone())
+        .oneshot(apply(
+            format!("{pods}/p/status?fieldManager=kubelet"),
+            stale,
+        ))
+        .await
+        .expect("response");
+    assert_eq!(response.status(), StatusCode::CONFLICT);
+}
