@@ -101,10 +101,15 @@ pub async fn apply_status(
     manager: &str,
 ) -> Result<(), kube::Error> {
     let api = kind.api(client, namespace_of(object));
+    let mut metadata = serde_json::json!({ "name": name_of(object) });
+    // The status is for this object, not one created since under its name.
+    if let Some(uid) = object["metadata"]["uid"].as_str() {
+        metadata["uid"] = uid.into();
+    }
     let patch = serde_json::json!({
         "apiVersion": object["apiVersion"],
         "kind": object["kind"],
-        "metadata": { "name": name_of(object) },
+        "metadata": metadata,
         "status": status,
     });
     api.patch_status(
@@ -114,6 +119,20 @@ pub async fn apply_status(
     )
     .await
     .map(drop)
+}
+
+/// A JSON merge patch of an existing object (never creates one).
+pub async fn merge(
+    client: &Client,
+    kind: &Kind,
+    namespace: Option<&str>,
+    name: &str,
+    patch: &Value,
+) -> Result<(), kube::Error> {
+    kind.api(client, namespace)
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(drop)
 }
 
 /// Creates `object` unless it exists.

@@ -229,10 +229,12 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
                             .as_array()
                             .is_some_and(|g| !g.is_empty());
                         if gated && gang_exists {
-                            // The gang exists: lift the gate.
+                            // The gang exists: lift the gate. The whole pod
+                            // is applied again (a partial apply would drop
+                            // every field Grove set and left out).
                             out.push(Write::Apply {
                                 kind: kinds::POD,
-                                object: json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": pod_name, "namespace": ns }, "spec": { "schedulingGates": [] } }),
+                                object: desired,
                                 manager: MANAGER,
                             });
                         }
@@ -397,7 +399,26 @@ mod tests {
         assert_eq!(gang["spec"]["podgroups"].as_array().map(Vec::len), Some(2));
         // Next pass: the gang exists, the gates are lifted.
         let writes = run(&mut s);
-        let ungated = writes.iter().filter(|w| matches!(w, Write::Apply { kind: kinds::POD, object, .. } if object["spec"]["schedulingGates"] == json!([]))).count();
-        assert_eq!(ungated, 2);
+        let ungated: Vec<&Value> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Apply {
+                    kind: kinds::POD,
+                    object,
+                    ..
+                } => Some(object),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ungated.len(), 2);
+        assert!(
+            ungated
+                .iter()
+                .all(|p| p["spec"]["schedulingGates"].is_null()
+                    && p["spec"]["schedulerName"] == "kai-scheduler"
+                    || p["spec"]["schedulingGates"].is_null()),
+            "the whole pod, without its gate"
+        );
+        assert_eq!(ungated[0]["spec"]["containers"][0]["name"], "engine");
     }
 }

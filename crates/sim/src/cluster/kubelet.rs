@@ -64,6 +64,11 @@ enum Stage {
     Pulling {
         until: Duration,
     },
+    /// The process is starting (a Python engine imports for a while before
+    /// it even reads its arguments).
+    Starting {
+        until: Duration,
+    },
     /// Waiting to reach rank 0 (ranks above 0), until `until`.
     Connecting {
         until: Duration,
@@ -336,6 +341,7 @@ impl Kubelets {
             .values()
             .filter_map(|run| match &run.stage {
                 Stage::Pulling { until }
+                | Stage::Starting { until }
                 | Stage::BackOff { until }
                 | Stage::Connecting { until } => Some(*until),
                 Stage::Loading { remaining, source } => {
@@ -428,8 +434,20 @@ impl Kubelets {
                 let Some(run) = self.runs.get_mut(&key) else {
                     return;
                 };
-                start(world, pod, run, cx, writes);
+                let container_name = container["name"].as_str().unwrap_or("main");
+                writes.push(event(
+                    pod,
+                    "Normal",
+                    "Started",
+                    format!("Started container {container_name}"),
+                ));
+                run.started_at = crate::fleet::timestamp();
+                let starting = cx.profile.scale(cx.profile.engine_start);
+                run.stage = Stage::Starting {
+                    until: cx.now + starting,
+                };
             }
+            Stage::Starting { until } if cx.now >= *until => start(world, pod, run, cx, writes),
             Stage::Connecting { until } if cx.now >= *until => {
                 let address = run
                     .launch
@@ -661,19 +679,11 @@ fn exited(pod: &Value, run: &mut Run, exit: Exit, cx: &Context<'_>, writes: &mut
 /// what they launch.
 fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes: &mut Vec<Write>) {
     let container = &pod["spec"]["containers"][0];
-    let container_name = container["name"].as_str().unwrap_or("main");
     let image = container["image"].as_str().unwrap_or_default();
     let (_, env) = environment(pod, container);
     let (command, args) = command_line(container, &env);
     let mut shell_log = String::new();
     let argv = launch::argv(image, &command, &args, &env, &mut shell_log);
-    run.started_at = crate::fleet::timestamp();
-    writes.push(event(
-        pod,
-        "Normal",
-        "Started",
-        format!("Started container {container_name}"),
-    ));
     match launch::process(&argv, shell_log) {
         Process::Exits(exit) => exited(pod, run, exit, cx, writes),
         Process::Service => {
@@ -725,6 +735,16 @@ fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes
                     return;
                 }
             }
+            if let Some(claim) = unhydrated_cache(world, pod, &l) {
+                let exit = Exit {
+                    code: 1,
+                    log: format!(
+                        "OSError: {} does not appear to have a file named config.json (the volume of claim {claim} holds no model yet)\n",
+                        l.model
+                    ),
+                };
+                return exited(pod, run, exit, cx, writes);
+            }
             let bytes = model_bytes(world, pod, &l);
             let pool = |node: &str| {
                 world.get(kinds::NODE, "", node).and_then(|n| {
@@ -761,6 +781,40 @@ fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes
             };
         }
     }
+}
+
+/// The cache claim an engine reads its model from while no hydration Job
+/// mounting it has completed (the volume is still empty).
+fn unhydrated_cache(world: &World<'_>, pod: &Value, launch: &Launch) -> Option<String> {
+    let container = &pod["spec"]["containers"][0];
+    let volume = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| {
+            v["persistentVolumeClaim"]["claimName"].is_string()
+                && container["volumeMounts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|m| {
+                        m["name"] == v["name"]
+                            && m["mountPath"]
+                                .as_str()
+                                .is_some_and(|path| launch.model.starts_with(path))
+                    })
+        })?;
+    let claim = volume["persistentVolumeClaim"]["claimName"].as_str()?;
+    let hydrated = world.all(kinds::JOB).any(|job| {
+        namespace(job) == namespace(pod)
+            && super::world::condition(job, "Complete").is_some_and(|c| c["status"] == "True")
+            && job["spec"]["template"]["spec"]["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v["persistentVolumeClaim"]["claimName"] == claim)
+    });
+    (!hydrated).then(|| claim.to_string())
 }
 
 /// A pod of the same model that serves already: ModelExpress's source.

@@ -172,19 +172,29 @@ pub fn argv(
     if is_shell && argv.get(1).map(String::as_str) == Some("-c") {
         let script = argv.get(2).cloned().unwrap_or_default();
         let expanded = shell_expand(&script, env, log);
-        // The last command of the script is what keeps running.
-        let last = expanded
+        // The command that does the work (an engine, a download) is what
+        // the container is about; other lines (`set -e`, `pip install`,
+        // `touch`) are the script's plumbing. Else its last command.
+        let commands: Vec<Vec<String>> = expanded
             .split(['\n', ';'])
             .flat_map(|part| part.split("&&"))
             .map(str::trim)
             .filter(|p| !p.is_empty())
-            .last()
-            .unwrap_or_default()
-            .to_string();
-        let mut words = words(&last);
-        if words.first().map(String::as_str) == Some("exec") {
-            words.remove(0);
-        }
+            .map(|p| {
+                let mut w = words(p);
+                if w.first().map(String::as_str) == Some("exec") {
+                    w.remove(0);
+                }
+                w
+            })
+            .collect();
+        let working = commands
+            .iter()
+            .find(|c| !matches!(process(c, String::new()), Process::Service))
+            .or(commands.last())
+            .cloned()
+            .unwrap_or_default();
+        let words = working;
         return words;
     }
     argv
@@ -591,6 +601,18 @@ mod tests {
             launch("busybox", &[], &[], &[]),
             Process::Exits(Exit { code: 128, .. })
         ));
+    }
+
+    #[test]
+    fn a_hydration_job_runs_its_download_whatever_the_script_does_around_it() {
+        let script = "set -e\nif [ -f /mnt/artifact/.modelplane-hydrated ]; then exit 0; fi\npip install --quiet huggingface_hub\nhf download Qwen/Qwen3-8B --local-dir /mnt/artifact\ntouch /mnt/artifact/.modelplane-hydrated\n";
+        let p = launch("python:3.11-slim", &["/bin/sh", "-c", script], &[], &[]);
+        assert_eq!(
+            p,
+            Process::Download {
+                repo: "Qwen/Qwen3-8B".into()
+            }
+        );
     }
 
     #[test]

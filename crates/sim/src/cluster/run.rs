@@ -195,6 +195,15 @@ async fn execute(client: &kube::Client, write: Write) -> bool {
             status,
             manager,
         } => client::apply_status(client, &world::kind(*kind), object, status, manager).await,
+        Write::Patch {
+            kind,
+            namespace,
+            name,
+            patch,
+        } => {
+            let ns = (!namespace.is_empty()).then_some(namespace.as_str());
+            client::merge(client, &world::kind(*kind), ns, name, patch).await
+        }
         Write::Delete {
             kind,
             namespace,
@@ -220,8 +229,9 @@ async fn execute(client: &kube::Client, write: Write) -> bool {
     };
     match result {
         Ok(()) => true,
-        // Gone meanwhile: nothing to do.
-        Err(kube::Error::Api(e)) if e.code == 404 => true,
+        // Gone, or replaced by another object of the same name, meanwhile:
+        // the next pass works from what is there now.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => true,
         Err(e) => {
             tracing::debug!(error = %e, "simulated cluster write failed; retrying");
             false

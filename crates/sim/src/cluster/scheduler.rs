@@ -212,12 +212,12 @@ fn bind(
             .claims
             .insert((namespace(&claim).into(), name(&claim).into()), devices);
     }
-    pass.writes.push(Write::Apply {
+    // A binding: for this pod only (its uid), never creating one.
+    pass.writes.push(Write::Patch {
         kind: kinds::POD,
-        object: json!({ "apiVersion": "v1", "kind": "Pod",
-            "metadata": { "name": name(pod), "namespace": namespace(pod) },
-            "spec": { "nodeName": node } }),
-        manager: scheduler,
+        namespace: namespace(pod).to_string(),
+        name: name(pod).to_string(),
+        patch: json!({ "metadata": { "uid": uid(pod) }, "spec": { "nodeName": node } }),
     });
     pass.writes.push(Write::Status {
         kind: kinds::POD,

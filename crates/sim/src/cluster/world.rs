@@ -139,6 +139,17 @@ pub enum Write {
         /// Field manager.
         manager: &'static str,
     },
+    /// A merge patch of an existing object (a binding: never creates).
+    Patch {
+        /// Kind index.
+        kind: usize,
+        /// Namespace ("" when cluster-scoped).
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The patch (with `metadata.uid` as a precondition).
+        patch: Value,
+    },
     /// Deletes an object.
     Delete {
         /// Kind index.
