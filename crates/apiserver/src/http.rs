@@ -275,7 +275,11 @@ pub struct Failure {
 }
 
 impl Failure {
-    fn new(code: StatusCode, reason: &'static str, message: impl Into<String>) -> Failure {
+    pub(crate) fn new(
+        code: StatusCode,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Failure {
         Failure {
             code,
             reason,
@@ -312,6 +316,8 @@ struct Target {
     status: bool,
     /// The scale subresource.
     scale: bool,
+    /// A pod's log.
+    log: bool,
     /// `fieldValidation` and `dryRun` of the request.
     options: WriteOptions,
     /// Who writes: the `fieldManager`, else the client's User-Agent up to
@@ -466,10 +472,11 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         .into_iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
         .ok_or_else(not_found)?;
-    let (status, scale) = match sub {
-        None => (false, false),
-        Some("status") if resource.status => (true, false),
-        Some("scale") if resource.scale.is_some() => (false, true),
+    let (status, scale, log) = match sub {
+        None => (false, false, false),
+        Some("status") if resource.status => (true, false, false),
+        Some("scale") if resource.scale.is_some() => (false, true, false),
+        Some("log") if group.is_empty() && plural == "pods" => (false, false, true),
         Some(_) => return Err(not_found()),
     };
     Ok(Target {
@@ -478,6 +485,7 @@ fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Failure> {
         name,
         status,
         scale,
+        log,
         options: WriteOptions::default(),
         manager: String::new(),
         patch: false,
@@ -774,6 +782,7 @@ async fn dispatch(
             (&Method::GET | &Method::PUT | &Method::PATCH, Some(name)) if target.scale => {
                 scale(server, target, &name, method, body).await
             }
+            (&Method::GET, Some(name)) if target.log => pod_log(server, target, &name, query).await,
             (&Method::GET, Some(name)) => get(server, target, &name, headers).await,
             (&Method::GET, None)
                 if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) =>
@@ -794,6 +803,33 @@ async fn dispatch(
             )),
         }
     }
+}
+
+/// A pod's log, from the kubelet of its node.
+async fn pod_log(
+    server: &Arc<ApiServer>,
+    target: &Target,
+    name: &str,
+    query: &BTreeMap<String, String>,
+) -> Result<Response, Failure> {
+    let pod = decode(&read(server, target, name).await?)?;
+    let node = match pod["spec"]["nodeName"].as_str() {
+        Some(node_name) => {
+            let nodes = server
+                .resources()
+                .into_iter()
+                .find(|r| r.group.is_empty() && r.plural == "nodes")
+                .ok_or_else(|| target.not_found(name))?;
+            let key = nodes.key(None, node_name);
+            let s = server.clone();
+            let stored = blocking(move || s.store.get(&key))
+                .await?
+                .map_err(|e| store_failure(target, name, e))?;
+            stored.map(|n| decode(&n)).transpose()?
+        }
+        None => None,
+    };
+    crate::logs::pod_log(&pod, node.as_ref(), query).await
 }
 
 /// Aggregated discovery of `/api` or `/apis`, when the client asks for it.

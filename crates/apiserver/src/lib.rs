@@ -13,6 +13,7 @@ pub mod gc;
 pub mod http;
 pub mod jsonpath;
 pub mod keyspace;
+pub mod logs;
 pub mod namespaces;
 pub mod object;
 pub mod openapi;

@@ -246,3 +246,246 @@ fn the_simulator_runs_the_rendered_example_fleet_and_every_replica_streams_token
         );
     }
 }
+
+/// Two clusters with the same hardware, one per stack, and the v0.4
+/// qwen3-coder manifest with one replica on each.
+fn coder_fleet(dir: &std::path::Path) -> std::path::PathBuf {
+    let fleet = dir.join("fleet");
+    std::fs::create_dir_all(&fleet).expect("fleet dir");
+    for file in ["namespace.yaml", "inference-classes.yaml"] {
+        std::fs::copy(format!("{EXAMPLES}/{file}"), fleet.join(file)).expect("copy");
+    }
+    let coder = std::fs::read_to_string(format!("{EXAMPLES}/qwen3-coder.yaml")).expect("coder");
+    std::fs::write(
+        fleet.join("qwen3-coder.yaml"),
+        coder.replacen("  replicas: 1\n", "  replicas: 2\n", 1),
+    )
+    .expect("write");
+    let cluster = |name: &str, stack: &str, region: &str| {
+        format!(
+            "apiVersion: modelplane.ai/v1alpha1\nkind: InferenceCluster\nmetadata:\n  name: {name}\nspec:\n  stack: {stack}\n  cluster:\n    source: EKS\n    eks:\n      region: {region}\n  nodePools:\n  - name: h200\n    className: h200-8x\n    nodeCount: 2\n    zones: [{region}a]\n    fabric:\n      type: EFA\n---\n"
+        )
+    };
+    std::fs::write(
+        fleet.join("clusters.yaml"),
+        cluster("standard", "Standard", "us-east-1") + &cluster("dynamo", "Dynamo", "us-west-2"),
+    )
+    .expect("write");
+    fleet
+}
+
+fn pods(server: &Server, cluster: &str) -> Vec<Value> {
+    get_json(server, Some(cluster), &["pods", "-n", "ml-team"])
+        .and_then(|p| p["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+fn engine_pods(server: &Server, cluster: &str) -> Vec<Value> {
+    pods(server, cluster)
+        .into_iter()
+        .filter(|p| p["spec"]["containers"][0]["name"] == "engine")
+        .collect()
+}
+
+fn without_alias(mut object: Value) -> Value {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::Array(env)) = map.get_mut("env") {
+                    env.retain(|e| e["name"] != "MODELPLANE_LEADER_ADDRESS");
+                }
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut object["spec"]);
+    object
+}
+
+/// The v0.4 qwen3-coder manifest (Leader + Worker, `$(MODELPLANE_LEADER_ADDRESS)`
+/// in both commands) runs on a Standard (LeaderWorkerSet) and a Dynamo
+/// (Grove + KAI) cluster alike: the worker reaches its leader through the
+/// alias and the leader serves. With the alias's env entry removed, the
+/// kubelet leaves `$(MODELPLANE_LEADER_ADDRESS)` as written, the shell's
+/// command substitution gives nothing, and vLLM refuses the empty address
+/// on both stacks: CrashLoopBackOff, the engine's error in `kubectl logs`.
+#[test]
+fn the_qwen3_coder_manifest_runs_on_both_stacks_and_crashes_on_both_without_its_alias() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fleet = coder_fleet(dir.path());
+    let fleet = fleet.to_str().expect("utf-8");
+    let server = Server::start(dir.path());
+    server.apply(None, &modelplane(&["crds"]));
+    let _sim = sim(&server);
+    server.apply(None, &modelplane(&["providers", "-f", fleet, "-o", "yaml"]));
+    server.apply(
+        None,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: modelplane-system\n",
+    );
+    let (ok, out, err) = server.kubectl_in(None, &["apply", "-f", fleet], None);
+    assert!(ok, "{out}{err}");
+    let rendered: Value =
+        serde_json::from_str(&modelplane(&["render", "-f", fleet, "-o", "json"])).expect("json");
+    let control: Vec<Value> = rendered["controlPlane"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .filter(|o| o["kind"] != "ModelReplica")
+        .cloned()
+        .collect();
+    server.apply(None, &documents(&control));
+    for cluster in ["standard", "dynamo"] {
+        wait_for(
+            &format!("cluster {cluster}"),
+            Duration::from_secs(60),
+            || {
+                server
+                    .kubectl_in(None, &["get", "logicalcluster", cluster], None)
+                    .0
+                    .then_some(())
+            },
+        );
+    }
+    wait_for(
+        "every Helm release installed",
+        Duration::from_secs(60),
+        || {
+            let releases = get_json(
+                &server,
+                None,
+                &["releases.helm.m.crossplane.io", "-n", "modelplane-system"],
+            )?;
+            let items = releases["items"].as_array()?;
+            (!items.is_empty()
+                && items
+                    .iter()
+                    .all(|r| condition(r, "Ready").as_deref() == Some("True")))
+            .then_some(())
+        },
+    );
+    let clusters = rendered["clusters"].as_object().expect("clusters").clone();
+    assert!(
+        clusters.contains_key("standard") && clusters.contains_key("dynamo"),
+        "a replica on each: {:?}",
+        clusters.keys()
+    );
+    for (cluster, objects) in &clusters {
+        server.apply(Some(cluster), "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: modelplane-rwx-efs\nprovisioner: efs.csi.aws.com\n");
+        server.apply(
+            Some(cluster),
+            &documents(objects.as_array().expect("objects")),
+        );
+    }
+    for (cluster, objects) in &clusters {
+        wait_for(
+            &format!("the coder's two engine pods on {cluster} Ready"),
+            Duration::from_secs(120),
+            || {
+                let engines = engine_pods(&server, cluster);
+                (engines.len() == 2
+                    && engines
+                        .iter()
+                        .all(|p| condition(p, "Ready").as_deref() == Some("True")))
+                .then_some(())
+            },
+        );
+        let gateway = get_json(
+            &server,
+            Some(cluster),
+            &["gateway", "-n", "modelplane-system", "inference-gateway"],
+        )
+        .expect("gateway");
+        let address = gateway["status"]["addresses"][0]["value"]
+            .as_str()
+            .expect("address")
+            .to_string();
+        let route = objects
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| o["kind"] == "HTTPRoute")
+            .expect("a route");
+        let prefix = route["spec"]["rules"][0]["matches"][0]["path"]["value"]
+            .as_str()
+            .expect("prefix");
+        let body = r#"{"model":"qwen3-coder","stream":true,"max_tokens":4,"messages":[{"role":"user","content":"hi"}]}"#;
+        let (_, response) = wait_for(
+            &format!("{cluster} serves qwen3-coder"),
+            Duration::from_secs(30),
+            || {
+                post(&address, &format!("{prefix}v1/chat/completions"), body)
+                    .filter(|(s, _)| *s == 200)
+            },
+        );
+        assert!(
+            response.contains(r#""model":"qwen3-coder""#) && response.contains("data: [DONE]"),
+            "{response}"
+        );
+    }
+
+    // The same workloads without the alias's env entry.
+    for (cluster, objects) in &clusters {
+        let workload = objects
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| o["kind"] == "LeaderWorkerSet" || o["kind"] == "PodCliqueSet")
+            .expect("a workload")
+            .clone();
+        let kind = workload["kind"].as_str().expect("kind").to_lowercase();
+        let name = workload["metadata"]["name"].as_str().expect("name");
+        let (ok, out, err) = server.kubectl_in(
+            Some(cluster),
+            &["delete", &kind, name, "-n", "ml-team", "--wait=false"],
+            None,
+        );
+        assert!(ok, "{out}{err}");
+        wait_for(
+            &format!("{cluster}: the old engine pods gone"),
+            Duration::from_secs(30),
+            || engine_pods(&server, cluster).is_empty().then_some(()),
+        );
+        server.apply(Some(cluster), &documents(&[without_alias(workload)]));
+    }
+    for cluster in clusters.keys() {
+        let crashed = wait_for(
+            &format!("{cluster}: the engines crash-looping"),
+            Duration::from_secs(60),
+            || {
+                let engines = engine_pods(&server, cluster);
+                let looping = engines.iter().filter(|p| {
+                    p["status"]["containerStatuses"][0]["restartCount"]
+                        .as_u64()
+                        .unwrap_or(0)
+                        >= 1
+                        && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                            == "CrashLoopBackOff"
+                });
+                looping.next().cloned()
+            },
+        );
+        let pod = crashed["metadata"]["name"].as_str().expect("name");
+        let (ok, log, err) = server.kubectl_in(
+            Some(cluster),
+            &["logs", pod, "-n", "ml-team", "--previous"],
+            None,
+        );
+        assert!(ok, "kubectl logs: {err}");
+        assert!(
+            log.contains("sh: 1: MODELPLANE_LEADER_ADDRESS: not found"),
+            "{cluster}: {log}"
+        );
+        assert!(
+            log.contains("Invalid master address ''"),
+            "{cluster}: {log}"
+        );
+        assert!(
+            engine_pods(&server, cluster)
+                .iter()
+                .all(|p| condition(p, "Ready").as_deref() != Some("True")),
+            "{cluster}: nothing serves"
+        );
+    }
+}

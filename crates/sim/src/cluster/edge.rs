@@ -10,7 +10,7 @@ use modelplane_api::types::{ModelEndpoint, ModelService};
 use modelplane_gateway::config::Objects;
 use serde_json::{Value, json};
 
-use super::world::{World, kinds, name, namespace, pod_ready};
+use super::world::{World, deleting, kinds, name, namespace, pod_ready};
 
 /// The label tying an edge endpoint to its route's service.
 const ROUTE_LABEL: &str = "sim.modelplane.ai/route";
@@ -63,7 +63,10 @@ pub fn objects(world: &World<'_>) -> Objects {
                     .as_u64()
                     .unwrap_or(8000);
                 for pod in world.all(kinds::POD).filter(|p| {
-                    namespace(p) == ns && pod_ready(p) && selects(&pool["spec"]["selector"], p)
+                    namespace(p) == ns
+                        && pod_ready(p)
+                        && !deleting(p)
+                        && selects(&pool["spec"]["selector"], p)
                 }) {
                     let Some(ip) = pod["status"]["podIP"].as_str() else {
                         continue;

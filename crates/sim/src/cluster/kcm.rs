@@ -75,40 +75,46 @@ fn deployment_step(world: &World<'_>, deployment: &Value, out: &mut Vec<Write>) 
         .filter(|p| !deleting(p))
         .collect();
     let current = |p: &Value| p["metadata"]["labels"]["pod-template-hash"] == hash.as_str();
-    for i in 0..want {
+    // Every pod of the deployment, terminating ones too: a new pod never
+    // takes the name of one still being deleted.
+    let taken: Vec<&str> = world.pods_of(uid(deployment)).map(name).collect();
+    let mut live = pods.iter().filter(|p| current(p)).count() as u64;
+    let mut i = 0u64;
+    while live < want {
         let pod_name = format!(
             "{}-{hash}-{}",
             name(deployment),
             short_hash(&i.to_string(), 5)
         );
-        if !pods.iter().any(|p| name(p) == pod_name) {
-            let pod = pod_from_template(
-                deployment,
-                template,
-                &pod_name,
-                json!({ "pod-template-hash": hash }),
-            );
-            out.push(Write::Apply {
-                kind: kinds::POD,
-                object: pod,
-                manager: MANAGER,
-            });
+        i += 1;
+        if taken.contains(&pod_name.as_str()) {
+            continue;
         }
+        let pod = pod_from_template(
+            deployment,
+            template,
+            &pod_name,
+            json!({ "pod-template-hash": hash }),
+        );
+        out.push(Write::Apply {
+            kind: kinds::POD,
+            object: pod,
+            manager: MANAGER,
+        });
+        live += 1;
     }
     let new_ready = pods.iter().filter(|p| current(p) && pod_ready(p)).count() as u64;
-    for pod in &pods {
-        let index_ok = (0..want).any(|i| {
-            name(pod)
-                == format!(
-                    "{}-{hash}-{}",
-                    name(deployment),
-                    short_hash(&i.to_string(), 5)
-                )
-        });
-        // Old pods go once the new ones serve (a surge, never a gap); extra
-        // pods of the current template go at once.
-        let stale = !current(pod) && new_ready >= want;
-        if (current(pod) && !index_ok) || stale {
+    // Scaling down: the newest-named extra pods of the current template go
+    // (unready ones first); old pods go once the new ones serve (a surge,
+    // never a gap).
+    let mut extra: Vec<&&Value> = pods.iter().filter(|p| current(p)).collect();
+    extra.sort_by_key(|p| (pod_ready(p), std::cmp::Reverse(name(p).to_string())));
+    let surplus = (extra.len() as u64).saturating_sub(want) as usize;
+    for pod in extra.into_iter().take(surplus) {
+        out.push(delete_pod(pod));
+    }
+    for pod in pods.iter().filter(|p| !current(p)) {
+        if new_ready >= want {
             out.push(delete_pod(pod));
         }
     }

@@ -32,6 +32,30 @@ use crate::engine::{Engine, EngineConfig};
 use crate::profile::Profile;
 
 const SOURCE: &str = "kubelet";
+/// The kubelet's hold on a pod it runs, so a deletion waits for the container to stop.
+const FINALIZER: &str = "sim.modelplane.ai/kubelet";
+/// How long stopping a container takes.
+const TERMINATION: Duration = Duration::from_secs(1);
+
+/// The pod's finalizers with the kubelet's added or removed.
+fn finalizers(pod: &Value, hold: bool) -> Write {
+    let mut list: Vec<Value> = pod["metadata"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f != FINALIZER)
+        .collect();
+    if hold {
+        list.push(json!(FINALIZER));
+    }
+    Write::Patch {
+        kind: kinds::POD,
+        namespace: namespace(pod).to_string(),
+        name: name(pod).to_string(),
+        patch: json!({ "metadata": { "uid": pod["metadata"]["uid"], "finalizers": list } }),
+    }
+}
 
 /// A pod: `(namespace, name)`.
 type PodKey = (String, String);
@@ -62,6 +86,10 @@ pub enum Source {
 #[derive(Debug)]
 enum Stage {
     Pulling {
+        until: Duration,
+    },
+    /// Being deleted: stopped, the pod kept until `until`.
+    Terminating {
         until: Duration,
     },
     /// The process is starting (a Python engine imports for a while before
@@ -102,6 +130,8 @@ struct Run {
     restarts: u32,
     last_exit: Option<(Exit, String)>,
     log: String,
+    /// The log of the container's previous run.
+    previous: String,
     launch: Option<Launch>,
     download: bool,
     serving: Option<Serving>,
@@ -258,22 +288,18 @@ impl Kubelets {
             .map_or(Duration::ZERO, |l| cx.now.saturating_sub(l));
         self.last = Some(cx.now);
         let mut writes = Vec::new();
-        // Pods gone (or being deleted): their processes stop.
-        let live: HashSet<PodKey> = world
-            .all(kinds::POD)
-            .filter(|p| !deleting(p) && p["spec"]["nodeName"].is_string())
-            .map(pod_key)
-            .collect();
+        // Pods gone: their processes are gone. Pods being deleted: their
+        // processes stop, and once stopped the kubelet lets the deletion
+        // finish (its finalizer), as a graceful termination does; until
+        // then the pod and its logs are still there.
         self.runs.retain(|k, run| {
-            let keep = live.contains(k)
-                && world
-                    .get(kinds::POD, &k.0, &k.1)
-                    .is_some_and(|p| p["metadata"]["uid"] == run.uid.as_str());
-            if !keep {
-                tracing::debug!(pod = %k.1, "container stopped");
-            }
-            keep
+            world
+                .get(kinds::POD, &k.0, &k.1)
+                .is_some_and(|p| p["metadata"]["uid"] == run.uid.as_str())
         });
+        for pod in world.all(kinds::POD).filter(|p| deleting(p)) {
+            self.terminate(pod, cx, &mut writes);
+        }
         self.advance_transfers(elapsed, cx.profile);
         let pods: Vec<&Value> = world
             .all(kinds::POD)
@@ -341,6 +367,7 @@ impl Kubelets {
             .values()
             .filter_map(|run| match &run.stage {
                 Stage::Pulling { until }
+                | Stage::Terminating { until }
                 | Stage::Starting { until }
                 | Stage::BackOff { until }
                 | Stage::Connecting { until } => Some(*until),
@@ -391,6 +418,7 @@ impl Kubelets {
                     format!("Pulling image \"{image}\""),
                 ));
             }
+            writes.push(finalizers(pod, true));
             self.runs.insert(
                 key.clone(),
                 Run {
@@ -404,6 +432,7 @@ impl Kubelets {
                     restarts: 0,
                     last_exit: None,
                     log: String::new(),
+                    previous: String::new(),
                     launch: None,
                     download: false,
                     serving: None,
@@ -442,6 +471,9 @@ impl Kubelets {
                     format!("Started container {container_name}"),
                 ));
                 run.started_at = crate::fleet::timestamp();
+                // A new container: its log starts empty; the crashed one's
+                // is the previous log.
+                run.log.clear();
                 let starting = cx.profile.scale(cx.profile.engine_start);
                 run.stage = Stage::Starting {
                     until: cx.now + starting,
@@ -586,11 +618,48 @@ impl Kubelets {
         })
     }
 
-    /// The log of the container of `pod` (this run's and, with `previous`, the last one's).
-    pub fn log(&self, namespace: &str, pod: &str) -> Option<String> {
+    /// Stops the container of a pod being deleted, then lets it go.
+    fn terminate(&mut self, pod: &Value, cx: &Context<'_>, writes: &mut Vec<Write>) {
+        let holds = pod["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.iter().any(|x| x == FINALIZER));
+        let Some(run) = self.runs.get_mut(&pod_key(pod)) else {
+            if holds {
+                writes.push(finalizers(pod, false));
+            }
+            return;
+        };
+        match run.stage {
+            Stage::Terminating { until } if cx.now >= until => {
+                if holds {
+                    writes.push(finalizers(pod, false));
+                }
+            }
+            Stage::Terminating { .. } => {}
+            _ => {
+                let container = pod["spec"]["containers"][0]["name"]
+                    .as_str()
+                    .unwrap_or("main");
+                writes.push(event(
+                    pod,
+                    "Normal",
+                    "Killing",
+                    format!("Stopping container {container}"),
+                ));
+                run.serving = None;
+                run.stage = Stage::Terminating {
+                    until: cx.now + cx.profile.scale(TERMINATION),
+                };
+            }
+        }
+    }
+
+    /// Every container's log: this run's and the previous one's.
+    pub fn logs(&self) -> BTreeMap<PodKey, (String, String)> {
         self.runs
-            .get(&(namespace.to_string(), pod.to_string()))
-            .map(|r| r.log.clone())
+            .iter()
+            .map(|(k, r)| (k.clone(), (r.log.clone(), r.previous.clone())))
+            .collect()
     }
 
     /// Kills the engine process of `pod`, as a crash would: its
@@ -642,6 +711,9 @@ fn event(pod: &Value, type_: &'static str, reason: &str, message: String) -> Wri
 
 fn exited(pod: &Value, run: &mut Run, exit: Exit, cx: &Context<'_>, writes: &mut Vec<Write>) {
     run.log.push_str(&exit.log);
+    // Until it restarts, the dead container is both the latest and the
+    // previous one `kubectl logs` can show.
+    run.previous = run.log.clone();
     run.serving = None;
     let restart = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
     let finished = crate::fleet::timestamp();

@@ -10,6 +10,7 @@ pub mod grove;
 pub mod kcm;
 pub mod kubelet;
 pub mod launch;
+pub mod logs;
 pub mod lws;
 pub mod nodes;
 pub mod run;
@@ -124,10 +125,14 @@ impl Workloads {
         let server = client::server(&parsed).ok_or("the kubeconfig names no server")?;
         let client = client::connect(&parsed).await.map_err(|e| e.to_string())?;
         wait_served(&client, name).await?;
+        let kubelet = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot open the kubelet endpoint: {e}"))?;
         let mut by_server = self.by_server.lock().map_err(|_| "poisoned")?;
         if let Some(existing) = by_server.get(&server) {
             return Ok(existing.clone());
         }
+        let kubelet_port = kubelet.local_addr().map_err(|e| e.to_string())?.port();
         let workload = Arc::new(Workload {
             name: name.to_string(),
             kubeconfig: kubeconfig.to_string(),
@@ -139,7 +144,13 @@ impl Workloads {
             controllers: Mutex::default(),
             edge: Mutex::default(),
             hardware: Mutex::default(),
+            kubelet_port,
+            logs: logs::Logs::default(),
         });
+        workload.scope.spawn(
+            "sim-kubelet-endpoint",
+            logs::serve(kubelet, workload.logs.clone()),
+        );
         by_server.insert(server, workload.clone());
         workload
             .scope
@@ -198,6 +209,10 @@ pub struct Workload {
     edge: Mutex<Option<Arc<modelplane_gateway::proxy::Gateway>>>,
     /// Pool name → its devices and fabric.
     hardware: Mutex<BTreeMap<String, dra::Hardware>>,
+    /// Where its kubelets answer (pod logs).
+    kubelet_port: u16,
+    /// The containers' logs the kubelets serve.
+    logs: logs::Logs,
 }
 
 impl Workload {
@@ -247,7 +262,7 @@ impl Workload {
         let stamp = crate::fleet::timestamp();
         let node_kind = builtin::node();
         for index in 0..pool.count {
-            let node = nodes::node(&pool, resource, provider, index, &stamp);
+            let node = nodes::node(&pool, resource, provider, index, self.kubelet_port, &stamp);
             let unchanged = previous
                 .as_ref()
                 .is_some_and(|(p, _)| p == &pool && index < p.count);

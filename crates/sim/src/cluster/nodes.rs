@@ -39,7 +39,14 @@ pub fn node_name(pool: &str, index: u32) -> String {
 
 /// Node `index` of a pool, `resource` being the cloud resource's name,
 /// with its status (a kubelet that started and posts Ready).
-pub fn node(pool: &Pool, resource: &str, provider: &str, index: u32, timestamp: &str) -> Value {
+pub fn node(
+    pool: &Pool,
+    resource: &str,
+    provider: &str,
+    index: u32,
+    kubelet_port: u16,
+    timestamp: &str,
+) -> Value {
     let name = node_name(&pool.name, index);
     let mut labels = json!({
         "kubernetes.io/hostname": name,
@@ -88,9 +95,12 @@ pub fn node(pool: &Pool, resource: &str, provider: &str, index: u32, timestamp: 
                 condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
             ],
             "addresses": [
-                { "type": "InternalIP", "address": format!("10.0.{}.{}", index / 250, index % 250 + 2) },
+                // Every kubelet of a simulated cluster answers on one
+                // loopback port (the API server asks it for pod logs).
+                { "type": "InternalIP", "address": "127.0.0.1" },
                 { "type": "Hostname", "address": name },
             ],
+            "daemonEndpoints": { "kubeletEndpoint": { "Port": kubelet_port } },
             "nodeInfo": {
                 "kubeletVersion": "v1.34.1", "kubeProxyVersion": "v1.34.1",
                 "containerRuntimeVersion": "containerd://2.1.4", "operatingSystem": "linux",
@@ -120,7 +130,14 @@ mod tests {
             instance_type: "p5en.48xlarge".into(),
             zones: vec!["us-east-1a".into()],
         };
-        let node = node(&pool, "us-east-pool-h200-297ac", "provider-aws-eks", 1, "t");
+        let node = node(
+            &pool,
+            "us-east-pool-h200-297ac",
+            "provider-aws-eks",
+            1,
+            10250,
+            "t",
+        );
         assert_eq!(node["metadata"]["name"], "h200-node-1");
         let labels = &node["metadata"]["labels"];
         assert_eq!(labels["modelplane.ai/pool"], "h200");

@@ -128,6 +128,9 @@ impl State {
             };
             let pass = self.kubelets.step(&world, &cx);
             writes.extend(pass.writes);
+            if let Ok(mut logs) = workload.logs.lock() {
+                *logs = self.kubelets.logs();
+            }
             publish_edge(&mut self.edge, workload, &world);
             (writes, pass.wake)
         };
