@@ -455,7 +455,7 @@ fn the_qwen3_coder_manifest_runs_on_both_stacks_and_crashes_on_both_without_its_
             Duration::from_secs(60),
             || {
                 let engines = engine_pods(&server, cluster);
-                let looping = engines.iter().filter(|p| {
+                let mut looping = engines.iter().filter(|p| {
                     p["status"]["containerStatuses"][0]["restartCount"]
                         .as_u64()
                         .unwrap_or(0)
