@@ -111,12 +111,10 @@ fn platform_ready(server: &Server) {
     );
 }
 
-#[test]
-fn the_simulator_runs_the_rendered_example_fleet_and_every_replica_streams_tokens() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(dir.path());
+/// The example fleet, rendered and applied, with the simulator running;
+/// returns what render printed once every Helm release is installed.
+fn example_fleet(server: &Server) -> Value {
     server.apply(None, &modelplane(&["crds"]));
-    let _sim = sim(&server);
     server.apply(
         None,
         &modelplane(&["providers", "-f", EXAMPLES, "-o", "yaml"]),
@@ -137,7 +135,48 @@ fn the_simulator_runs_the_rendered_example_fleet_and_every_replica_streams_token
         .cloned()
         .collect();
     server.apply(None, &documents(&control));
-    platform_ready(&server);
+    platform_ready(server);
+    rendered
+}
+
+/// Each cluster's workloads applied, as the controller would, and every engine Ready.
+fn workloads_up(server: &Server, rendered: &Value) {
+    for (cluster, objects) in rendered["clusters"].as_object().expect("clusters") {
+        // The cache's storage class, as the controller applies it once the
+        // cloud's file system is known.
+        server.apply(Some(cluster), "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: modelplane-rwx-efs\nprovisioner: efs.csi.aws.com\n");
+        server.apply(
+            Some(cluster),
+            &documents(objects.as_array().expect("objects")),
+        );
+    }
+    for cluster in ["us-east", "us-west"] {
+        wait_for(
+            &format!("every engine pod of {cluster} Ready"),
+            Duration::from_secs(120),
+            || {
+                let pods = get_json(server, Some(cluster), &["pods", "-n", "ml-team"])?;
+                let items = pods["items"].as_array()?;
+                let engines: Vec<&Value> = items
+                    .iter()
+                    .filter(|p| p["metadata"]["labels"]["modelplane.ai/serving"].is_string())
+                    .collect();
+                (!engines.is_empty()
+                    && engines
+                        .iter()
+                        .all(|p| condition(p, "Ready").as_deref() == Some("True")))
+                .then_some(())
+            },
+        );
+    }
+}
+
+#[test]
+fn the_simulator_runs_the_rendered_example_fleet_and_every_replica_streams_tokens() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path());
+    let _sim = sim(&server);
+    let rendered = example_fleet(&server);
 
     // Every managed resource is Ready, nodes joined with their pools' labels and taints.
     let vpcs = get_json(
@@ -160,34 +199,8 @@ fn the_simulator_runs_the_rendered_example_fleet_and_every_replica_streams_token
         .count();
     assert_eq!(l4, 2, "the l4 pool's two nodes");
 
-    for (cluster, objects) in rendered["clusters"].as_object().expect("clusters") {
-        // The cache's storage class, as the controller applies it once the
-        // cloud's file system is known.
-        server.apply(Some(cluster), "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: modelplane-rwx-efs\nprovisioner: efs.csi.aws.com\n");
-        server.apply(
-            Some(cluster),
-            &documents(objects.as_array().expect("objects")),
-        );
-    }
-    for cluster in ["us-east", "us-west"] {
-        wait_for(
-            &format!("every engine pod of {cluster} Ready"),
-            Duration::from_secs(120),
-            || {
-                let pods = get_json(&server, Some(cluster), &["pods", "-n", "ml-team"])?;
-                let items = pods["items"].as_array()?;
-                let engines: Vec<&Value> = items
-                    .iter()
-                    .filter(|p| p["metadata"]["labels"]["modelplane.ai/serving"].is_string())
-                    .collect();
-                (!engines.is_empty()
-                    && engines
-                        .iter()
-                        .all(|p| condition(p, "Ready").as_deref() == Some("True")))
-                .then_some(())
-            },
-        );
-    }
+    workloads_up(&server, &rendered);
+
     // Each replica's route, through its cluster's gateway, to the model its command serves.
     for (cluster, objects) in rendered["clusters"].as_object().expect("clusters") {
         let gateway = get_json(
@@ -450,29 +463,30 @@ fn the_qwen3_coder_manifest_runs_on_both_stacks_and_crashes_on_both_without_its_
         server.apply(Some(cluster), &documents(&[without_alias(workload)]));
     }
     for cluster in clusters.keys() {
-        let crashed = wait_for(
-            &format!("{cluster}: the engines crash-looping"),
+        // A crashed container's log, read while its pod is there (LWS
+        // recreates a group whose container restarted, so keep looking).
+        let log = wait_for(
+            &format!("{cluster}: a crash-looping engine's log"),
             Duration::from_secs(60),
             || {
                 let engines = engine_pods(&server, cluster);
-                let mut looping = engines.iter().filter(|p| {
+                let crashed = engines.iter().find(|p| {
                     p["status"]["containerStatuses"][0]["restartCount"]
                         .as_u64()
                         .unwrap_or(0)
                         >= 1
                         && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
                             == "CrashLoopBackOff"
-                });
-                looping.next().cloned()
+                })?;
+                let pod = crashed["metadata"]["name"].as_str()?;
+                let (ok, log, _) = server.kubectl_in(
+                    Some(cluster),
+                    &["logs", pod, "-n", "ml-team", "--previous"],
+                    None,
+                );
+                ok.then_some(log)
             },
         );
-        let pod = crashed["metadata"]["name"].as_str().expect("name");
-        let (ok, log, err) = server.kubectl_in(
-            Some(cluster),
-            &["logs", pod, "-n", "ml-team", "--previous"],
-            None,
-        );
-        assert!(ok, "kubectl logs: {err}");
         assert!(
             log.contains("sh: 1: MODELPLANE_LEADER_ADDRESS: not found"),
             "{cluster}: {log}"
@@ -488,4 +502,232 @@ fn the_qwen3_coder_manifest_runs_on_both_stacks_and_crashes_on_both_without_its_
             "{cluster}: nothing serves"
         );
     }
+}
+
+fn sim_command(server: &Server, args: &[&str]) -> String {
+    let mut all = vec!["sim"];
+    all.extend_from_slice(args);
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8").to_string();
+    all.extend_from_slice(&["--kubeconfig", &kubeconfig]);
+    modelplane(&all)
+}
+
+fn serving_pod(server: &Server, cluster: &str, serving_prefix: &str) -> Option<Value> {
+    pods(server, cluster).into_iter().find(|p| {
+        p["metadata"]["labels"]["modelplane.ai/serving"]
+            .as_str()
+            .is_some_and(|s| s.starts_with(serving_prefix))
+            && condition(p, "Ready").as_deref() == Some("True")
+            && p["metadata"]["deletionTimestamp"].is_null()
+    })
+}
+
+/// Faults, injected with `modelplane sim fault` and healed with `heal`, as
+/// the real parts fail: a NoExecute taint evicts the replica's pod and its
+/// Deployment places it again on the pool's other node; a killed engine
+/// restarts and serves again; an unreachable cluster refuses whoever uses
+/// its connection Secret's kubeconfig while its pods keep running; a
+/// provider scaled to 0 reconciles nothing (no status, the Provider not
+/// Healthy) until it runs again.
+#[test]
+fn injected_faults_break_what_they_name_and_heal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path());
+    let _sim = sim(&server);
+    let rendered = example_fleet(&server);
+    workloads_up(&server, &rendered);
+
+    // A NoExecute taint on the node of us-east's qwen3-8b engine.
+    let pod = serving_pod(&server, "us-east", "qwen3-8b").expect("the qwen3-8b engine");
+    let (name, node) = (
+        pod["metadata"]["name"].as_str().expect("name").to_string(),
+        pod["spec"]["nodeName"].as_str().expect("node").to_string(),
+    );
+    let out = sim_command(
+        &server,
+        &[
+            "fault",
+            "node-taint",
+            "--cluster",
+            "us-east",
+            "--node",
+            &node,
+        ],
+    );
+    assert!(out.contains("injected"), "{out}");
+    let replaced = wait_for(
+        "the engine evicted and placed again",
+        Duration::from_secs(60),
+        || {
+            serving_pod(&server, "us-east", "qwen3-8b")
+                .filter(|p| p["metadata"]["name"] != name.as_str())
+        },
+    );
+    assert_ne!(
+        replaced["spec"]["nodeName"],
+        node.as_str(),
+        "not on the tainted node"
+    );
+    let faults = server.kubectl(&["get", "faults"]);
+    assert!(
+        faults.contains("node-taint-us-east-") && faults.contains("True"),
+        "{faults}"
+    );
+    sim_command(&server, &["heal", &format!("node-taint-us-east-{node}")]);
+    wait_for("the taint gone", Duration::from_secs(30), || {
+        let n = get_json(&server, Some("us-east"), &["node", &node])?;
+        n["spec"]["taints"]
+            .as_array()?
+            .iter()
+            .all(|t| t["key"] != "sim.modelplane.ai/drain")
+            .then_some(())
+    });
+
+    // An engine killed: it restarts and serves again.
+    let pod = serving_pod(&server, "us-west", "qwen3-8b").expect("the Dynamo qwen3-8b engine");
+    let pod_name = pod["metadata"]["name"].as_str().expect("name").to_string();
+    sim_command(
+        &server,
+        &[
+            "fault",
+            "kill-engine",
+            "--cluster",
+            "us-west",
+            "--pod",
+            &format!("ml-team/{pod_name}"),
+        ],
+    );
+    wait_for(
+        "the killed engine restarted and Ready",
+        Duration::from_secs(60),
+        || {
+            let p = get_json(
+                &server,
+                Some("us-west"),
+                &["pod", &pod_name, "-n", "ml-team"],
+            )?;
+            (p["status"]["containerStatuses"][0]["restartCount"].as_u64()? >= 1
+                && condition(&p, "Ready").as_deref() == Some("True"))
+            .then_some(())
+        },
+    );
+
+    // us-east unreachable through its connection Secret's kubeconfig.
+    let secret = get_json(
+        &server,
+        None,
+        &[
+            "secret",
+            "-n",
+            "modelplane-system",
+            "us-east-kubeconfig-4bdef",
+        ],
+    )
+    .expect("the connection secret");
+    let kubeconfig = String::from_utf8(base64_decode(
+        secret["data"]["kubeconfig"].as_str().expect("kubeconfig"),
+    ))
+    .expect("utf-8");
+    let path = dir.path().join("us-east.kubeconfig");
+    std::fs::write(&path, kubeconfig).expect("write");
+    let through_secret = || {
+        Command::new(common::kubectl())
+            .arg("--kubeconfig")
+            .arg(&path)
+            .args(["get", "nodes", "--request-timeout=3s"])
+            .output()
+            .expect("kubectl")
+            .status
+            .success()
+    };
+    assert!(through_secret(), "reachable before the fault");
+    sim_command(&server, &["fault", "unreachable", "--cluster", "us-east"]);
+    wait_for("us-east unreachable", Duration::from_secs(10), || {
+        (!through_secret()).then_some(())
+    });
+    assert!(
+        serving_pod(&server, "us-east", "qwen3-8b").is_some(),
+        "its pods keep running"
+    );
+    sim_command(&server, &["heal", "unreachable-us-east"]);
+    wait_for("us-east reachable again", Duration::from_secs(10), || {
+        through_secret().then_some(())
+    });
+
+    // provider-aws-ec2 scaled to 0: a new VPC is not reconciled.
+    server.kubectl(&[
+        "patch",
+        "deploymentruntimeconfig",
+        "provider-aws-ec2",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"deploymentTemplate":{"spec":{"replicas":0}}}}"#,
+    ]);
+    wait_for(
+        "provider-aws-ec2 not Healthy",
+        Duration::from_secs(10),
+        || {
+            let p = get_json(&server, None, &["provider", "provider-aws-ec2"])?;
+            (condition(&p, "Healthy").as_deref() == Some("False")).then_some(())
+        },
+    );
+    server.apply(None, "apiVersion: ec2.aws.m.upbound.io/v1beta1\nkind: VPC\nmetadata:\n  name: extra\n  namespace: modelplane-system\nspec:\n  forProvider:\n    region: us-east-1\n    cidrBlock: 10.9.0.0/16\n");
+    std::thread::sleep(Duration::from_secs(2));
+    let vpc = get_json(
+        &server,
+        None,
+        &[
+            "vpc.ec2.aws.m.upbound.io",
+            "extra",
+            "-n",
+            "modelplane-system",
+        ],
+    )
+    .expect("vpc");
+    assert!(
+        vpc["status"]["conditions"].is_null(),
+        "nothing reconciles it: {vpc}"
+    );
+    server.kubectl(&[
+        "patch",
+        "deploymentruntimeconfig",
+        "provider-aws-ec2",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"deploymentTemplate":{"spec":{"replicas":1}}}}"#,
+    ]);
+    wait_for(
+        "the VPC Ready once its provider runs",
+        Duration::from_secs(20),
+        || {
+            let v = get_json(
+                &server,
+                None,
+                &[
+                    "vpc.ec2.aws.m.upbound.io",
+                    "extra",
+                    "-n",
+                    "modelplane-system",
+                ],
+            )?;
+            (condition(&v, "Ready").as_deref() == Some("True")).then_some(())
+        },
+    );
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let out = Command::new("base64")
+        .arg("-d")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("base64");
+    let mut child = out;
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    child.wait_with_output().expect("base64").stdout
 }

@@ -54,7 +54,40 @@ const CLUSTERS: usize = usize::MAX - 1;
 const CLASSES: usize = usize::MAX - 2;
 
 /// Watched besides Crossplane's kinds.
-const EXTRA: [usize; 3] = [SECRETS, CLUSTERS, CLASSES];
+/// Faults injected into the simulation.
+const FAULTS: usize = usize::MAX - 3;
+
+/// Watched besides Crossplane's kinds.
+const EXTRA: [usize; 4] = [SECRETS, CLUSTERS, CLASSES, FAULTS];
+
+/// The `Fault` kind (`sim.modelplane.ai/v1alpha1`), cluster-scoped.
+pub fn fault_kind() -> ApiKind {
+    ApiKind::new("sim.modelplane.ai/v1alpha1", "Fault", "faults", false)
+}
+
+/// The `Fault` CRD: any spec (the simulator validates it and says so in
+/// its status), printer columns for what a user scans.
+fn fault_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": { "name": "faults.sim.modelplane.ai" },
+        "spec": {
+            "group": "sim.modelplane.ai", "scope": "Cluster",
+            "names": { "plural": "faults", "singular": "fault", "kind": "Fault" },
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "subresources": { "status": {} },
+                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
+                "additionalPrinterColumns": [
+                    { "name": "CLUSTER", "type": "string", "jsonPath": ".spec.cluster" },
+                    { "name": "TYPE", "type": "string", "jsonPath": ".spec.type" },
+                    { "name": "ACTIVE", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Active')].status" },
+                    { "name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
+                ],
+            }],
+        },
+    })
+}
 
 /// Runs the simulated clouds until the supervisor stops.
 pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workloads>) {
@@ -106,6 +139,7 @@ async fn install(control: &Client) {
             tokio::time::sleep(RETRY).await;
         }
     }
+    let _ = client::apply(control, &builtin::crd(), &fault_crd(), MANAGER).await;
     let namespace = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": CREDENTIALS_NAMESPACE } });
     let _ = client::apply(control, &builtin::namespace(), &namespace, MANAGER).await;
     // Each simulated cloud account: the `default` ClusterProviderConfig
@@ -147,6 +181,7 @@ async fn install(control: &Client) {
 fn api_kind(index: usize) -> ApiKind {
     match index {
         SECRETS => return builtin::secret(),
+        FAULTS => return fault_kind(),
         CLUSTERS => {
             return ApiKind::new(
                 "modelplane.ai/v1alpha1",
@@ -225,6 +260,8 @@ struct Fleet {
     wakes: BTreeMap<Duration, BTreeSet<Key>>,
     dirty: BTreeSet<Key>,
     gone: Vec<(usize, Value)>,
+    /// Statuses to write besides the plan's (Faults').
+    pending_status: Vec<(usize, Value, Value)>,
 }
 
 impl Fleet {
@@ -239,6 +276,7 @@ impl Fleet {
             wakes: BTreeMap::new(),
             dirty: BTreeSet::new(),
             gone: Vec::new(),
+            pending_status: Vec::new(),
         }
     }
 
@@ -253,6 +291,14 @@ impl Fleet {
     fn change(&mut self, change: Change) {
         for touched in self.objects.change(change) {
             match touched {
+                Touched::Applied(key, object) if key.0 == FAULTS => {
+                    self.fault_applied(&key, &object);
+                    self.touch(&key, &object);
+                }
+                Touched::Deleted(key, object) if key.0 == FAULTS => {
+                    self.config.faults.clear(&key.2);
+                    self.touch(&key, &object);
+                }
                 Touched::Applied(key, object) => {
                     let names = self
                         .names
@@ -311,7 +357,15 @@ impl Fleet {
                 self.dirty.extend(keys);
             }
         }
-        let mut work = Vec::new();
+        let mut work: Vec<Work> = std::mem::take(&mut self.pending_status)
+            .into_iter()
+            .map(|(index, object, status)| Work {
+                index,
+                object,
+                effect: None,
+                status: Some(status),
+            })
+            .collect();
         for (index, object) in std::mem::take(&mut self.gone) {
             work.extend(self.gone_effect(index, &object));
         }
@@ -419,6 +473,31 @@ impl Fleet {
             }
         }
         None
+    }
+
+    /// A Fault object: injected, and its status says whether it is in force.
+    fn fault_applied(&mut self, key: &Key, object: &Value) {
+        let (active, reason, message) = match crate::faults::Fault::from_spec(&object["spec"]) {
+            Ok((cluster, fault)) => {
+                self.config.faults.inject(&key.2, &cluster, fault);
+                (
+                    true,
+                    "Injected",
+                    format!("in force in cluster {cluster} until this Fault is deleted"),
+                )
+            }
+            Err(why) => {
+                self.config.faults.clear(&key.2);
+                (false, "Invalid", why)
+            }
+        };
+        let status = json!({ "conditions": [{ "type": "Active", "status": if active { "True" } else { "False" },
+            "reason": reason, "message": message, "lastTransitionTime": timestamp() }] });
+        let same = cloud::condition(object, "Active")
+            .is_some_and(|c| c["reason"] == reason && c["message"] == message.as_str());
+        if !same {
+            self.pending_status.push((FAULTS, object.clone(), status));
+        }
     }
 
     fn plan(&mut self, key: &Key, now: Duration) -> Option<Work> {

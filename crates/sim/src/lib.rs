@@ -47,7 +47,7 @@ pub async fn start(
 ) -> Result<Sim, kube::Error> {
     let control = client::connect(&kubeconfig).await?;
     let faults = Arc::new(Faults::default());
-    let workloads = cluster::Workloads::new(supervisor.clone(), profile.clone());
+    let workloads = cluster::Workloads::new(supervisor.clone(), profile.clone(), faults.clone());
     let config = fleet::Config {
         control,
         kubeconfig,

@@ -160,6 +160,12 @@ pub struct Context<'a> {
     pub fabrics: &'a BTreeMap<String, String>,
     /// Spawns a process's task (the cluster's scope).
     pub spawn: &'a dyn Fn(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+    /// Nodes whose kubelet is down (a fault): nothing there serves or reports.
+    pub silent_nodes: &'a HashSet<String>,
+    /// The storage reads this many times slower (a fault; 1 when healthy).
+    pub storage_factor: f64,
+    /// Pods (`namespace/name`) whose engine is killed now.
+    pub kills: &'a [String],
 }
 
 /// What the kubelets did: writes, and when to look again.
@@ -300,11 +306,25 @@ impl Kubelets {
         for pod in world.all(kinds::POD).filter(|p| deleting(p)) {
             self.terminate(pod, cx, &mut writes);
         }
-        self.advance_transfers(elapsed, cx.profile);
+        self.advance_transfers(elapsed, cx.profile, cx.storage_factor);
         let pods: Vec<&Value> = world
             .all(kinds::POD)
             .filter(|p| p["spec"]["nodeName"].is_string() && !deleting(p))
             .collect();
+        for kill in cx.kills {
+            if let Some((ns, pod)) = kill.split_once('/') {
+                self.kill(ns, pod, cx);
+            }
+        }
+        let pods: Vec<&Value> = pods
+            .into_iter()
+            .filter(|p| {
+                !p["spec"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| cx.silent_nodes.contains(n))
+            })
+            .collect();
+        self.silence(cx);
         for pod in &pods {
             self.pod_step(world, pod, cx, &mut writes);
         }
@@ -316,11 +336,11 @@ impl Kubelets {
         }
         Pass {
             writes,
-            wake: self.next_wake(cx.profile),
+            wake: self.next_wake(cx.profile, cx.storage_factor),
         }
     }
 
-    fn advance_transfers(&mut self, elapsed: Duration, profile: &Profile) {
+    fn advance_transfers(&mut self, elapsed: Duration, profile: &Profile, factor: f64) {
         let readers = self
             .runs
             .values()
@@ -339,7 +359,7 @@ impl Kubelets {
         for run in self.runs.values_mut() {
             if let Stage::Loading { remaining, source } = &mut run.stage {
                 let rate = match source {
-                    Source::Storage => profile.storage_bandwidth / readers,
+                    Source::Storage => profile.storage_bandwidth / factor / readers,
                     Source::Peer { .. } => profile.fabric_bandwidth,
                 };
                 *remaining -= rate * secs;
@@ -347,7 +367,7 @@ impl Kubelets {
         }
     }
 
-    fn next_wake(&self, profile: &Profile) -> Option<Duration> {
+    fn next_wake(&self, profile: &Profile, factor: f64) -> Option<Duration> {
         let readers = self
             .runs
             .values()
@@ -373,7 +393,7 @@ impl Kubelets {
                 | Stage::Connecting { until } => Some(*until),
                 Stage::Loading { remaining, source } => {
                     let rate = match source {
-                        Source::Storage => profile.storage_bandwidth / readers,
+                        Source::Storage => profile.storage_bandwidth / factor / readers,
                         Source::Peer { .. } => profile.fabric_bandwidth,
                     };
                     Some(
@@ -616,6 +636,25 @@ impl Kubelets {
             status,
             manager: SOURCE,
         })
+    }
+
+    /// Engines on a silent node stop answering (the node is down); on a
+    /// node back, they serve again and the kubelet reports afresh.
+    fn silence(&mut self, cx: &Context<'_>) {
+        for run in self.runs.values_mut() {
+            let silent = cx.silent_nodes.contains(&run.node);
+            if silent {
+                run.serving = None;
+                run.written = Value::Null;
+                continue;
+            }
+            let port = run.launch.as_ref().and_then(|l| l.port);
+            if let (Stage::Running, None, Some(port), Some(launch)) =
+                (&run.stage, &run.serving, port, run.launch.clone())
+            {
+                run.serving = Some(serve(run.ip, port, &launch, cx));
+            }
+        }
     }
 
     /// Stops the container of a pod being deleted, then lets it go.

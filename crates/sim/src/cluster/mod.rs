@@ -13,6 +13,7 @@ pub mod launch;
 pub mod logs;
 pub mod lws;
 pub mod nodes;
+pub mod proxy;
 pub mod run;
 pub mod scheduler;
 pub mod world;
@@ -28,6 +29,7 @@ use serde_json::json;
 
 use crate::client::{self, Kind, builtin};
 use crate::cloud::Pool;
+use crate::faults::Faults;
 use crate::helm::{self, Chart, Controller};
 use crate::profile::Profile;
 
@@ -50,16 +52,18 @@ fn logical_cluster() -> Kind {
 pub struct Workloads {
     supervisor: Supervisor,
     profile: Profile,
+    faults: Arc<Faults>,
     by_server: Mutex<HashMap<String, Arc<Workload>>>,
     by_name: Mutex<BTreeMap<String, Arc<Workload>>>,
 }
 
 impl Workloads {
     /// None yet.
-    pub fn new(supervisor: Supervisor, profile: Profile) -> Arc<Workloads> {
+    pub fn new(supervisor: Supervisor, profile: Profile, faults: Arc<Faults>) -> Arc<Workloads> {
         Arc::new(Workloads {
             supervisor,
             profile,
+            faults,
             by_server: Mutex::default(),
             by_name: Mutex::default(),
         })
@@ -94,7 +98,35 @@ impl Workloads {
             .await
             .map_err(|e| format!("cannot create logical cluster {name}: {e}"))?;
         let kubeconfig = client::logical_kubeconfig(root, name)?;
-        let workload = self.register(&kubeconfig, name).await?;
+        let direct = Kubeconfig::from_yaml(&kubeconfig).map_err(|e| e.to_string())?;
+        let server = client::server(&direct).ok_or("the kubeconfig names no server")?;
+        let upstream = server
+            .split("://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .ok_or_else(|| format!("cannot read the API server's address from {server}"))?
+            .to_string();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("cannot open cluster {name}'s API address: {e}"))?;
+        let published_address = listener
+            .local_addr()
+            .map_err(|e| e.to_string())?
+            .to_string();
+        // What the connection Secret carries: the cluster reached through its
+        // network path (which faults can cut).
+        let published = kubeconfig.replace(&upstream, &published_address);
+        let workload = self.register(&kubeconfig, name, Some(published)).await?;
+        workload.scope.spawn(
+            "sim-api-proxy",
+            proxy::run(
+                listener,
+                upstream,
+                name.to_string(),
+                self.faults.clone(),
+                workload.scope.clone(),
+            ),
+        );
         if let Ok(mut by_name) = self.by_name.lock() {
             by_name.insert(name.to_string(), workload.clone());
         }
@@ -116,10 +148,17 @@ impl Workloads {
             return Ok(existing);
         }
         let name = server.rsplit('/').next().unwrap_or(&server).to_string();
-        self.register(kubeconfig, &name).await
+        self.register(kubeconfig, &name, None).await
     }
 
-    async fn register(&self, kubeconfig: &str, name: &str) -> Result<Arc<Workload>, String> {
+    /// Starts the simulated controllers of the cluster `kubeconfig` reaches;
+    /// `published` is the kubeconfig others get (through its network path).
+    async fn register(
+        &self,
+        kubeconfig: &str,
+        name: &str,
+        published: Option<String>,
+    ) -> Result<Arc<Workload>, String> {
         let parsed =
             Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
         let server = client::server(&parsed).ok_or("the kubeconfig names no server")?;
@@ -135,7 +174,8 @@ impl Workloads {
         let kubelet_port = kubelet.local_addr().map_err(|e| e.to_string())?.port();
         let workload = Arc::new(Workload {
             name: name.to_string(),
-            kubeconfig: kubeconfig.to_string(),
+            kubeconfig: published.unwrap_or_else(|| kubeconfig.to_string()),
+            faults: self.faults.clone(),
             server: server.clone(),
             client,
             scope: self.supervisor.scope(),
@@ -152,6 +192,14 @@ impl Workloads {
             logs::serve(kubelet, workload.logs.clone()),
         );
         by_server.insert(server, workload.clone());
+        // Whoever reaches it through its network path reaches the same cluster.
+        if let Some(published) = Kubeconfig::from_yaml(&workload.kubeconfig)
+            .ok()
+            .as_ref()
+            .and_then(client::server)
+        {
+            by_server.insert(published, workload.clone());
+        }
         workload
             .scope
             .spawn("sim-cluster", run::run(workload.clone()));
@@ -166,7 +214,7 @@ impl Workloads {
         if let Some(workload) = removed {
             workload.scope.stop();
             if let Ok(mut by_server) = self.by_server.lock() {
-                by_server.remove(&workload.server);
+                by_server.retain(|_, w| !Arc::ptr_eq(w, &workload));
             }
         }
         client::delete(control, &logical_cluster(), None, name)
@@ -196,6 +244,8 @@ pub struct Workload {
     pub name: String,
     /// Its kubeconfig, as its connection Secret carries it.
     pub kubeconfig: String,
+    /// Faults in force.
+    faults: Arc<Faults>,
     /// Its API server URL.
     pub server: String,
     client: Client,
@@ -239,6 +289,18 @@ impl Workload {
         if let Ok(mut h) = self.hardware.lock() {
             h.insert(pool.to_string(), hardware);
         }
+    }
+
+    /// The taints of each pool's nodes, as the cloud sets them.
+    pub fn pool_taints(&self) -> BTreeMap<String, Vec<crate::cloud::Taint>> {
+        self.pools
+            .lock()
+            .map(|p| {
+                p.values()
+                    .map(|(pool, _)| (pool.name.clone(), pool.taints.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The edge data plane, once Envoy Gateway runs.

@@ -111,6 +111,135 @@ pub fn node(
     })
 }
 
+/// The taint the node controller puts on a node whose kubelet went silent.
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
+
+/// What node faults change: a silent kubelet's node goes `Ready=Unknown`
+/// and gets the unreachable taint, and its pods are marked not Ready (the
+/// node controller's part); a taint fault adds its taint. A healed fault
+/// is undone: the node's taints go back to its pool's.
+pub fn fault_writes(
+    world: &super::world::World<'_>,
+    pool_taints: &std::collections::BTreeMap<String, Vec<crate::cloud::Taint>>,
+    faults: &[crate::faults::Fault],
+) -> Vec<super::world::Write> {
+    use super::world::{Write, kinds, name, namespace};
+    use crate::faults::Fault;
+    let mut out = Vec::new();
+    for node in world.all(kinds::NODE) {
+        let node_name = name(node);
+        let pool = node["metadata"]["labels"][modelplane_api::labels::POOL]
+            .as_str()
+            .unwrap_or_default();
+        let silent = faults
+            .iter()
+            .any(|f| matches!(f, Fault::NodeNotReady { node } if node == node_name));
+        let mut taints: Vec<Value> = pool_taints
+            .get(pool)
+            .into_iter()
+            .flatten()
+            .map(|t| json!({ "key": t.key, "value": t.value, "effect": t.effect }))
+            .collect();
+        for fault in faults {
+            if let Fault::NodeTaint {
+                node,
+                key,
+                value,
+                effect,
+            } = fault
+                && node == node_name
+            {
+                taints.push(json!({ "key": key, "value": value, "effect": effect }));
+            }
+        }
+        if silent {
+            taints.push(json!({ "key": UNREACHABLE_TAINT, "effect": "NoSchedule" }));
+        }
+        let current = node["spec"]["taints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let strip = |list: &[Value]| -> Vec<(Value, Value, Value)> {
+            let mut v: Vec<_> = list
+                .iter()
+                .map(|t| (t["key"].clone(), t["value"].clone(), t["effect"].clone()))
+                .collect();
+            v.sort_by_key(|t| format!("{t:?}"));
+            v
+        };
+        if strip(&current) != strip(&taints) {
+            out.push(Write::Patch {
+                kind: kinds::NODE,
+                namespace: String::new(),
+                name: node_name.to_string(),
+                patch: json!({ "metadata": { "uid": node["metadata"]["uid"] }, "spec": { "taints": taints } }),
+            });
+        }
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let wanted = if silent { "Unknown" } else { "True" };
+        if ready["status"] != wanted && node["status"].is_object() {
+            let mut status = node["status"].clone();
+            for c in status["conditions"].as_array_mut().into_iter().flatten() {
+                if silent {
+                    c["status"] = json!("Unknown");
+                    c["reason"] = json!("NodeStatusUnknown");
+                    c["message"] = json!("Kubelet stopped posting node status.");
+                } else if c["type"] == "Ready" {
+                    c["status"] = json!("True");
+                    c["reason"] = json!("KubeletReady");
+                    c["message"] = json!("kubelet is posting ready status");
+                } else {
+                    c["status"] = json!("False");
+                }
+            }
+            out.push(Write::Status {
+                kind: kinds::NODE,
+                object: node.clone(),
+                status,
+                manager: "kubelet",
+            });
+        }
+        if silent {
+            for pod in world
+                .all(kinds::POD)
+                .filter(|p| p["spec"]["nodeName"] == node_name)
+            {
+                let ready = pod["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                if ready {
+                    out.push(Write::Status {
+                        kind: kinds::POD,
+                        object: pod.clone(),
+                        status: json!({ "conditions": [{ "type": "Ready", "status": "False", "reason": "NodeNotReady" }] }),
+                        manager: "node-controller",
+                    });
+                    out.push(Write::Event {
+                        object: pod.clone(),
+                        type_: "Warning",
+                        reason: "NodeNotReady".into(),
+                        message: format!(
+                            "Node is not ready (pod {}/{})",
+                            namespace(pod),
+                            name(pod)
+                        ),
+                        source: "node-controller",
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -56,6 +56,7 @@ pub async fn run(workload: Arc<Workload>) {
                 }
             }
             () = sleep_until(wake) => {}
+            () = workload.faults.changed.notified() => {}
         }
         wake = state.step(&workload).await;
     }
@@ -89,6 +90,16 @@ impl State {
             .iter()
             .filter_map(|(pool, hw)| Some((pool.clone(), hw.fabric.clone()?)))
             .collect();
+        let faults = workload.faults.node_faults(&workload.name);
+        let silent_nodes: HashSet<String> = faults
+            .iter()
+            .filter_map(|f| match f {
+                crate::faults::Fault::NodeNotReady { node } => Some(node.clone()),
+                _ => None,
+            })
+            .collect();
+        let kills = workload.faults.take_kills(&workload.name);
+        let pool_taints = workload.pool_taints();
         let spawn_scope = workload.scope.clone();
         let spawn = move |task: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>| {
             spawn_scope.spawn("sim-engine", task);
@@ -99,7 +110,8 @@ impl State {
                 timestamp: &stamp,
             };
             self.assumed.settle(&world);
-            let mut writes = kcm::step(&world);
+            let mut writes = super::nodes::fault_writes(&world, &pool_taints, &faults);
+            writes.extend(kcm::step(&world));
             if controllers.contains(&Controller::DraDriver) {
                 writes.extend(dra::driver_step(&world, &hardware));
             }
@@ -125,6 +137,9 @@ impl State {
                 model_express: controllers.contains(&Controller::ModelExpress),
                 fabrics: &fabrics,
                 spawn: &spawn,
+                silent_nodes: &silent_nodes,
+                storage_factor: workload.faults.storage_factor(&workload.name),
+                kills: &kills,
             };
             let pass = self.kubelets.step(&world, &cx);
             writes.extend(pass.writes);
