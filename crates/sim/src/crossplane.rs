@@ -417,6 +417,14 @@ pub fn crd(kind: &Kind) -> Value {
             "x-kubernetes-preserve-unknown-fields": true,
         } },
     });
+    if kind.kind == "Provider" {
+        version["additionalPrinterColumns"] = json!([
+            { "name": "INSTALLED", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Installed')].status" },
+            { "name": "HEALTHY", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Healthy')].status" },
+            { "name": "PACKAGE", "type": "string", "jsonPath": ".spec.package" },
+            { "name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
+        ]);
+    }
     if is_managed(kind) {
         version["additionalPrinterColumns"] = json!([
             { "name": "SYNCED", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Synced')].status" },
