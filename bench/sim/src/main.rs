@@ -36,13 +36,19 @@ impl Drop for Killed {
 }
 
 fn env(name: &str, default: f64) -> f64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn binary() -> anyhow::Result<PathBuf> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane");
     if !path.exists() {
-        bail!("{} is missing: cargo build --release -p modelplane first", path.display());
+        bail!(
+            "{} is missing: cargo build --release -p modelplane first",
+            path.display()
+        );
     }
     Ok(path)
 }
@@ -50,7 +56,10 @@ fn binary() -> anyhow::Result<PathBuf> {
 fn modelplane(args: &[&str]) -> anyhow::Result<String> {
     let out = Command::new(binary()?).args(args).output()?;
     if !out.status.success() {
-        bail!("modelplane {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "modelplane {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     Ok(String::from_utf8(out.stdout)?)
 }
@@ -78,12 +87,18 @@ async fn apply(client: &Client, object: &Value) -> anyhow::Result<()> {
             Ok((ar, caps)) => {
                 let name = object["metadata"]["name"].as_str().unwrap_or_default();
                 let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-                    Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), ns, &ar),
+                    Some(ns) if caps.scope == kube::discovery::Scope::Namespaced => {
+                        Api::namespaced_with(client.clone(), ns, &ar)
+                    }
                     _ => Api::all_with(client.clone(), &ar),
                 };
-                api.patch(name, &PatchParams::apply("bench").force(), &Patch::Apply(object))
-                    .await
-                    .with_context(|| format!("applying {kind} {name}"))?;
+                api.patch(
+                    name,
+                    &PatchParams::apply("bench").force(),
+                    &Patch::Apply(object),
+                )
+                .await
+                .with_context(|| format!("applying {kind} {name}"))?;
                 return Ok(());
             }
             Err(e) => last = Some(e),
@@ -110,7 +125,10 @@ fn documents(text: &str) -> Vec<Value> {
 
 fn yaml_to_json(yaml: &str) -> anyhow::Result<Value> {
     let out = Command::new("python3")
-        .args(["-c", "import sys, json, yaml; print(json.dumps(yaml.safe_load(sys.stdin)))"])
+        .args([
+            "-c",
+            "import sys, json, yaml; print(json.dumps(yaml.safe_load(sys.stdin)))",
+        ])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -135,7 +153,13 @@ fn is_true(object: &Value, type_: &str) -> bool {
         .any(|c| c["type"] == type_ && c["status"] == "True")
 }
 
-async fn list(client: &Client, api_version: &str, kind: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+async fn list(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    namespace: Option<&str>,
+) -> Vec<Value> {
     let ar = resource(api_version, kind, plural);
     let api: Api<DynamicObject> = match namespace {
         Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
@@ -143,11 +167,20 @@ async fn list(client: &Client, api_version: &str, kind: &str, plural: &str, name
     };
     api.list(&ListParams::default())
         .await
-        .map(|l| l.items.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect())
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|o| serde_json::to_value(o).ok())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
-async fn wait<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> anyhow::Result<T> {
+async fn wait<T>(
+    what: &str,
+    timeout: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> anyhow::Result<T> {
     let started = Instant::now();
     loop {
         if let Some(v) = check().await {
@@ -164,7 +197,13 @@ const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/flee
 
 /// A fleet of one EKS cluster `name` on `stack` with `nodes` 8×H200 EFA
 /// nodes, and `deployment` (YAML).
-fn fleet(dir: &Path, name: &str, stack: &str, nodes: u32, deployment: &str) -> anyhow::Result<PathBuf> {
+fn fleet(
+    dir: &Path,
+    name: &str,
+    stack: &str,
+    nodes: u32,
+    deployment: &str,
+) -> anyhow::Result<PathBuf> {
     let fleet = dir.join(name);
     std::fs::create_dir_all(&fleet)?;
     for file in ["namespace.yaml", "inference-classes.yaml"] {
@@ -172,7 +211,9 @@ fn fleet(dir: &Path, name: &str, stack: &str, nodes: u32, deployment: &str) -> a
     }
     std::fs::write(
         fleet.join("cluster.yaml"),
-        format!("apiVersion: modelplane.ai/v1alpha1\nkind: InferenceCluster\nmetadata:\n  name: {name}\nspec:\n  stack: {stack}\n  cluster:\n    source: EKS\n    eks:\n      region: us-east-1\n  nodePools:\n  - name: h200\n    className: h200-8x\n    nodeCount: {nodes}\n    zones: [us-east-1a]\n    fabric:\n      type: EFA\n"),
+        format!(
+            "apiVersion: modelplane.ai/v1alpha1\nkind: InferenceCluster\nmetadata:\n  name: {name}\nspec:\n  stack: {stack}\n  cluster:\n    source: EKS\n    eks:\n      region: us-east-1\n  nodePools:\n  - name: h200\n    className: h200-8x\n    nodeCount: {nodes}\n    zones: [us-east-1a]\n    fabric:\n      type: EFA\n"
+        ),
     )?;
     std::fs::write(fleet.join("deployment.yaml"), deployment)?;
     Ok(fleet)
@@ -218,9 +259,24 @@ struct Rendered {
 }
 
 fn render(fleet: &Path, cluster: &str) -> anyhow::Result<Rendered> {
-    let out: Value = serde_json::from_str(&modelplane(&["render", "-f", fleet.to_str().context("utf-8")?, "-o", "json"])?)?;
-    let control = out["controlPlane"].as_array().context("control plane")?.iter().filter(|o| o["kind"] != "ModelReplica").cloned().collect();
-    let cluster = out["clusters"][cluster].as_array().cloned().unwrap_or_default();
+    let out: Value = serde_json::from_str(&modelplane(&[
+        "render",
+        "-f",
+        fleet.to_str().context("utf-8")?,
+        "-o",
+        "json",
+    ])?)?;
+    let control = out["controlPlane"]
+        .as_array()
+        .context("control plane")?
+        .iter()
+        .filter(|o| o["kind"] != "ModelReplica")
+        .cloned()
+        .collect();
+    let cluster = out["clusters"][cluster]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     Ok(Rendered { control, cluster })
 }
 
@@ -244,7 +300,14 @@ async fn setup(dir: &Path, fleets: &[&Path], time_scale: f64) -> anyhow::Result<
     let kubeconfig = std::fs::read_to_string(&kubeconfig_path)?;
     let sim = Killed(
         Command::new(binary()?)
-            .args(["sim", "--profile", "realistic", "--time-scale", &time_scale.to_string(), "--kubeconfig"])
+            .args([
+                "sim",
+                "--profile",
+                "realistic",
+                "--time-scale",
+                &time_scale.to_string(),
+                "--kubeconfig",
+            ])
             .arg(&kubeconfig_path)
             .env("RUST_LOG", "error")
             .stderr(Stdio::null())
@@ -255,28 +318,67 @@ async fn setup(dir: &Path, fleets: &[&Path], time_scale: f64) -> anyhow::Result<
     apply(&root, &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "modelplane-system" } })).await?;
     for fleet in fleets {
         let path = fleet.to_str().context("utf-8")?;
-        apply_all(&root, &documents(&modelplane(&["providers", "-f", path, "-o", "yaml"])?)).await?;
+        apply_all(
+            &root,
+            &documents(&modelplane(&["providers", "-f", path, "-o", "yaml"])?),
+        )
+        .await?;
         // Namespaces first, then the rest in name order.
-        let mut files: Vec<PathBuf> = std::fs::read_dir(fleet)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(fleet)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
         files.sort_by_key(|p| (!p.ends_with("namespace.yaml"), p.clone()));
         for file in files {
             apply_all(&root, &documents(&std::fs::read_to_string(file)?)).await?;
         }
     }
-    Ok(Setup { _server: server, _sim: sim, root, kubeconfig })
+    Ok(Setup {
+        _server: server,
+        _sim: sim,
+        root,
+        kubeconfig,
+    })
 }
 
 /// Waits for cluster `name` and its stack, then gives a client for it.
 async fn cluster_up(setup: &Setup, name: &str, control: &[Value]) -> anyhow::Result<Client> {
     apply_all(&setup.root, control).await?;
-    wait(&format!("cluster {name} and its stack"), Duration::from_secs(600), async || {
-        let releases = list(&setup.root, "helm.m.crossplane.io/v1beta1", "Release", "releases", Some("modelplane-system")).await;
-        let ours: Vec<&Value> = releases.iter().filter(|r| r["metadata"]["name"].as_str().is_some_and(|n| n.starts_with(name))).collect();
-        (!ours.is_empty() && ours.iter().all(|r| is_true(r, "Ready"))).then_some(())
-    })
+    wait(
+        &format!("cluster {name} and its stack"),
+        Duration::from_secs(600),
+        async || {
+            let releases = list(
+                &setup.root,
+                "helm.m.crossplane.io/v1beta1",
+                "Release",
+                "releases",
+                Some("modelplane-system"),
+            )
+            .await;
+            let ours: Vec<&Value> = releases
+                .iter()
+                .filter(|r| {
+                    r["metadata"]["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with(name))
+                })
+                .collect();
+            (!ours.is_empty() && ours.iter().all(|r| is_true(r, "Ready"))).then_some(())
+        },
+    )
     .await?;
-    let url = setup.kubeconfig.lines().find_map(|l| l.trim().strip_prefix("server: ")).context("server")?.to_string();
-    let client = client_for(&setup.kubeconfig.replace(&url, &format!("{url}/clusters/{name}"))).await?;
+    let url = setup
+        .kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .context("server")?
+        .to_string();
+    let client = client_for(
+        &setup
+            .kubeconfig
+            .replace(&url, &format!("{url}/clusters/{name}")),
+    )
+    .await?;
     apply(&client, &json!({ "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": { "name": "modelplane-rwx-efs" }, "provisioner": "efs.csi.aws.com" })).await?;
     Ok(client)
 }
@@ -295,7 +397,11 @@ async fn ready_replicas(client: &Client) -> BTreeSet<String> {
         .await
         .into_iter()
         .filter(|p| is_true(p, "Ready") && p["spec"]["containers"][0]["name"] == "engine")
-        .filter_map(|p| p["metadata"]["labels"]["modelplane.ai/serving"].as_str().map(str::to_string))
+        .filter_map(|p| {
+            p["metadata"]["labels"]["modelplane.ai/serving"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect()
 }
 
@@ -304,16 +410,34 @@ async fn weights(dir: &Path, stack: &str, time_scale: f64) -> anyhow::Result<(f6
     let name = format!("w-{}", stack.to_lowercase());
     let fleet = fleet(dir, &name, stack, 8, LLAMA)?;
     let rendered = render(&fleet, &name)?;
-    let setup = setup(&dir.join(&name).with_extension("run"), &[&fleet], time_scale).await?;
+    let setup = setup(
+        &dir.join(&name).with_extension("run"),
+        &[&fleet],
+        time_scale,
+    )
+    .await?;
     let client = cluster_up(&setup, &name, &rendered.control).await?;
-    let engines: Vec<&Value> = rendered.cluster.iter().filter(|o| engine_of(o).is_some()).collect();
+    let engines: Vec<&Value> = rendered
+        .cluster
+        .iter()
+        .filter(|o| engine_of(o).is_some())
+        .collect();
     let first = engines.first().context("an engine workload")?;
-    let others: Vec<Value> = rendered.cluster.iter().filter(|o| engine_of(o).is_none() || o != first).cloned().collect();
-    let (first_objects, rest): (Vec<Value>, Vec<Value>) = others.into_iter().partition(|o| engine_of(o).is_none());
+    let others: Vec<Value> = rendered
+        .cluster
+        .iter()
+        .filter(|o| engine_of(o).is_none() || o != first)
+        .cloned()
+        .collect();
+    let (first_objects, rest): (Vec<Value>, Vec<Value>) =
+        others.into_iter().partition(|o| engine_of(o).is_none());
     let started = Instant::now();
     apply_all(&client, &first_objects).await?;
     apply(&client, first).await?;
-    wait("replica 1 Ready", Duration::from_secs(600), async || (ready_replicas(&client).await.len() == 1).then_some(())).await?;
+    wait("replica 1 Ready", Duration::from_secs(600), async || {
+        (ready_replicas(&client).await.len() == 1).then_some(())
+    })
+    .await?;
     let first_ready = started.elapsed().as_secs_f64() * time_scale;
     let t0 = Instant::now();
     apply_all(&client, &rest).await?;
@@ -335,13 +459,24 @@ async fn weights(dir: &Path, stack: &str, time_scale: f64) -> anyhow::Result<(f6
 async fn gangs(dir: &Path, stack: &str, time_scale: f64, seconds: f64) -> anyhow::Result<f64> {
     let name = format!("g-{}", stack.to_lowercase());
     let coder = std::fs::read_to_string(format!("{EXAMPLES}/qwen3-coder.yaml"))?;
-    let two = format!("{coder}\n---\n{}", coder.replace("name: qwen3-coder\n  namespace", "name: qwen3-coder-b\n  namespace"));
+    let two = format!(
+        "{coder}\n---\n{}",
+        coder.replace(
+            "name: qwen3-coder\n  namespace",
+            "name: qwen3-coder-b\n  namespace"
+        )
+    );
     // Rendered where both fit (4 nodes), run where only one does (3 nodes).
     let roomy = fleet(&dir.join("roomy"), &name, stack, 4, &two)?;
     let rendered = render(&roomy, &name)?;
     let tight = fleet(dir, &name, stack, 3, &two)?;
     let tight_rendered = render(&tight, &name)?;
-    let setup = setup(&dir.join(&name).with_extension("run"), &[&tight], time_scale).await?;
+    let setup = setup(
+        &dir.join(&name).with_extension("run"),
+        &[&tight],
+        time_scale,
+    )
+    .await?;
     let client = cluster_up(&setup, &name, &tight_rendered.control).await?;
     apply_all(&client, &rendered.cluster).await?;
     let sample = Duration::from_millis(100);
@@ -350,16 +485,27 @@ async fn gangs(dir: &Path, stack: &str, time_scale: f64, seconds: f64) -> anyhow
     while started.elapsed().as_secs_f64() * time_scale < seconds {
         let pods = list(&client, "v1", "Pod", "pods", Some("ml-team")).await;
         let mut groups: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-        for pod in pods.iter().filter(|p| p["spec"]["containers"][0]["name"] == "engine") {
+        for pod in pods
+            .iter()
+            .filter(|p| p["spec"]["containers"][0]["name"] == "engine")
+        {
             let labels = &pod["metadata"]["labels"];
-            let gang = labels["grove.io/podgang"].as_str().or(labels["leaderworkerset.sigs.k8s.io/group-key"].as_str()).unwrap_or_default().to_string();
+            let gang = labels["grove.io/podgang"]
+                .as_str()
+                .or(labels["leaderworkerset.sigs.k8s.io/group-key"].as_str())
+                .unwrap_or_default()
+                .to_string();
             let entry = groups.entry(gang).or_default();
             entry.0 += 1;
             entry.1 += usize::from(pod["spec"]["nodeName"].is_string());
         }
         // Every engine pod of these gangs holds 8 GPUs once bound; a gang with
         // some pods bound and others not holds them serving nothing.
-        let incomplete: usize = groups.values().filter(|(all, bound)| *bound > 0 && bound < all).map(|(_, bound)| bound * 8).sum();
+        let incomplete: usize = groups
+            .values()
+            .filter(|(all, bound)| *bound > 0 && bound < all)
+            .map(|(_, bound)| bound * 8)
+            .sum();
         held += incomplete as f64 * sample.as_secs_f64() * time_scale;
         tokio::time::sleep(sample).await;
     }
@@ -368,24 +514,54 @@ async fn gangs(dir: &Path, stack: &str, time_scale: f64, seconds: f64) -> anyhow
 
 fn svg(series: &[(&str, &str, Vec<f64>)]) -> String {
     let (w, h, m) = (640.0, 360.0, 50.0);
-    let max = series.iter().flat_map(|(_, _, v)| v.iter().copied()).fold(1.0_f64, f64::max) * 1.1;
+    let max = series
+        .iter()
+        .flat_map(|(_, _, v)| v.iter().copied())
+        .fold(1.0_f64, f64::max)
+        * 1.1;
     let x = |i: usize| m + (i as f64) * (w - 2.0 * m) / 6.0;
     let y = |v: f64| h - m - v / max * (h - 2.0 * m);
-    let mut out = format!("<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n");
+    let mut out = format!(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    );
     out.push_str(&format!("<text x='{}' y='20' text-anchor='middle'>Time until replica N is Ready (70B, 140 GiB; replicas 2–8 start together)</text>\n", w / 2.0));
     out.push_str(&format!("<line x1='{m}' y1='{}' x2='{}' y2='{}' stroke='black'/><line x1='{m}' y1='{m}' x2='{m}' y2='{}' stroke='black'/>\n", h - m, w - m, h - m, h - m));
     for i in 0..7 {
-        out.push_str(&format!("<text x='{}' y='{}' text-anchor='middle'>{}</text>\n", x(i), h - m + 16.0, i + 2));
+        out.push_str(&format!(
+            "<text x='{}' y='{}' text-anchor='middle'>{}</text>\n",
+            x(i),
+            h - m + 16.0,
+            i + 2
+        ));
     }
-    out.push_str(&format!("<text x='{}' y='{}' text-anchor='middle'>replica N</text>\n", w / 2.0, h - 12.0));
+    out.push_str(&format!(
+        "<text x='{}' y='{}' text-anchor='middle'>replica N</text>\n",
+        w / 2.0,
+        h - 12.0
+    ));
     for k in 0..=4 {
         let v = max * f64::from(k) / 4.0;
-        out.push_str(&format!("<text x='{}' y='{}' text-anchor='end'>{v:.0} s</text>\n", m - 4.0, y(v) + 4.0));
+        out.push_str(&format!(
+            "<text x='{}' y='{}' text-anchor='end'>{v:.0} s</text>\n",
+            m - 4.0,
+            y(v) + 4.0
+        ));
     }
     for (n, (label, color, values)) in series.iter().enumerate() {
-        let points: Vec<String> = values.iter().enumerate().map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v))).collect();
-        out.push_str(&format!("<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>\n", points.join(" ")));
-        out.push_str(&format!("<text x='{}' y='{}' fill='{color}'>{label}</text>\n", w - m - 150.0, m + 16.0 * n as f64));
+        let points: Vec<String> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| format!("{:.1},{:.1}", x(i), y(*v)))
+            .collect();
+        out.push_str(&format!(
+            "<polyline fill='none' stroke='{color}' stroke-width='2' points='{}'/>\n",
+            points.join(" ")
+        ));
+        out.push_str(&format!(
+            "<text x='{}' y='{}' fill='{color}'>{label}</text>\n",
+            w - m - 150.0,
+            m + 16.0 * n as f64
+        ));
     }
     out.push_str("</svg>\n");
     out
@@ -402,20 +578,33 @@ async fn main() -> anyhow::Result<()> {
     let (std_first, standard) = weights(&dir, "Standard", time_scale).await?;
     let (dyn_first, dynamo) = weights(&dir, "Dynamo", time_scale).await?;
     println!("weights, simulated seconds (realistic profile, time scale {time_scale}):");
-    println!("  replica 1 Ready after: Standard {std_first:.1} s, Dynamo {dyn_first:.1} s (cache hydration included)");
+    println!(
+        "  replica 1 Ready after: Standard {std_first:.1} s, Dynamo {dyn_first:.1} s (cache hydration included)"
+    );
     for (i, (s, d)) in standard.iter().zip(&dynamo).enumerate() {
         println!("  replica {}: Standard {s:.1} s, Dynamo {d:.1} s", i + 2);
     }
     if let (Some(s), Some(d)) = (standard.last(), dynamo.last()) {
-        println!("  replica 8: Standard / Dynamo = {:.1}×", s / d.max(f64::MIN_POSITIVE));
+        println!(
+            "  replica 8: Standard / Dynamo = {:.1}×",
+            s / d.max(f64::MIN_POSITIVE)
+        );
     }
     let plot = Path::new(env!("CARGO_MANIFEST_DIR")).join("weights.svg");
-    std::fs::write(&plot, svg(&[("Standard (storage)", "#c0392b", standard), ("Dynamo + ModelExpress (EFA)", "#2471a3", dynamo)]))?;
+    std::fs::write(
+        &plot,
+        svg(&[
+            ("Standard (storage)", "#c0392b", standard),
+            ("Dynamo + ModelExpress (EFA)", "#2471a3", dynamo),
+        ]),
+    )?;
     println!("  plot: {}", plot.display());
 
     let standard = gangs(&dir, "Standard", time_scale, gang_seconds).await?;
     let dynamo = gangs(&dir, "Dynamo", time_scale, gang_seconds).await?;
-    println!("gangs: GPU-seconds held by incomplete gangs over {gang_seconds:.0} simulated seconds: Standard {standard:.0}, Dynamo {dynamo:.0}");
+    println!(
+        "gangs: GPU-seconds held by incomplete gangs over {gang_seconds:.0} simulated seconds: Standard {standard:.0}, Dynamo {dynamo:.0}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

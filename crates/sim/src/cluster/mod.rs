@@ -185,6 +185,7 @@ impl Workloads {
             edge: Mutex::default(),
             hardware: Mutex::default(),
             kubelet_port,
+            watches: Mutex::default(),
             logs: logs::Logs::default(),
         });
         workload.scope.spawn(
@@ -261,6 +262,11 @@ pub struct Workload {
     hardware: Mutex<BTreeMap<String, dra::Hardware>>,
     /// Where its kubelets answer (pod logs).
     kubelet_port: u16,
+    /// The control loop's inbox, once it runs, and the kinds watched into it.
+    watches: Mutex<(
+        Option<tokio::sync::mpsc::Sender<crate::informer::Change>>,
+        BTreeSet<usize>,
+    )>,
     /// The containers' logs the kubelets serve.
     logs: logs::Logs,
 }
@@ -269,6 +275,43 @@ impl Workload {
     /// The client its in-cluster controllers use.
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Starts the watches feeding `tx`: the built-in kinds, and whatever a
+    /// chart installed already.
+    pub fn start_watches(&self, tx: tokio::sync::mpsc::Sender<crate::informer::Change>) {
+        let pending: Vec<usize> = match self.watches.lock() {
+            Ok(mut w) => {
+                w.0 = Some(tx);
+                w.1.extend(world::BUILTIN);
+                w.1.iter().copied().collect()
+            }
+            Err(_) => return,
+        };
+        for index in pending {
+            self.spawn_watch(index);
+        }
+    }
+
+    /// Watches kind `index` from now on (once its CRD is served).
+    fn watch(&self, index: usize) {
+        let start = self
+            .watches
+            .lock()
+            .is_ok_and(|mut w| w.1.insert(index) && w.0.is_some());
+        if start {
+            self.spawn_watch(index);
+        }
+    }
+
+    fn spawn_watch(&self, index: usize) {
+        let Some(tx) = self.watches.lock().ok().and_then(|w| w.0.clone()) else {
+            return;
+        };
+        self.scope.spawn(
+            "sim-cluster-watch",
+            crate::informer::watch(self.client.clone(), world::kind(index), index, tx),
+        );
     }
 
     /// The controllers its Helm releases started.
@@ -401,6 +444,9 @@ impl Workload {
             )
             .await
             .map_err(|e| e.to_string())?;
+            if let Some(index) = world::index_of(crd.0, crd.2) {
+                self.watch(index);
+            }
         }
         if let Some(controller) = chart.controller {
             let fresh = self

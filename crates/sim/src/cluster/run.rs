@@ -19,23 +19,12 @@ use super::world::{self, World, Write, kinds};
 use super::{dra, edge, grove, kcm, lws};
 use crate::client;
 use crate::helm::Controller;
-use crate::informer::{self, Snapshot};
+use crate::informer::Snapshot;
 
 /// Runs until the cluster's scope stops.
 pub async fn run(workload: Arc<Workload>) {
     let (tx, mut rx) = mpsc::channel(4096);
-    for index in 0..world::WATCHED {
-        workload.scope.spawn(
-            "sim-cluster-watch",
-            informer::watch(
-                workload.client().clone(),
-                world::kind(index),
-                index,
-                tx.clone(),
-            ),
-        );
-    }
-    drop(tx);
+    workload.start_watches(tx);
     let mut state = State {
         snapshot: Snapshot::default(),
         kubelets: Kubelets::default(),

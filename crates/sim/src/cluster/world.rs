@@ -116,6 +116,30 @@ pub fn kind(index: usize) -> Kind {
 /// How many kinds are watched.
 pub const WATCHED: usize = kinds::EVENT;
 
+/// The kinds every cluster serves (built in), watched from the start; the
+/// others are watched once a chart installs their CRD.
+pub const BUILTIN: [usize; 11] = [
+    kinds::NODE,
+    kinds::POD,
+    kinds::DEPLOYMENT,
+    kinds::JOB,
+    kinds::PVC,
+    kinds::STORAGE_CLASS,
+    kinds::CLAIM_TEMPLATE,
+    kinds::CLAIM,
+    kinds::SLICE,
+    kinds::DEVICE_CLASS,
+    kinds::SERVICE,
+];
+
+/// The watched kind of `group`'s `kind`, if any.
+pub fn index_of(group: &str, kind_name: &str) -> Option<usize> {
+    (0..WATCHED).find(|i| {
+        let k = kind(*i);
+        k.resource.group == group && k.resource.kind == kind_name
+    })
+}
+
 /// One write a controller asks for.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
