@@ -250,7 +250,7 @@ spec:
               - name: engine
                 image: vllm/vllm-openai:v0.23.0
                 command: ["/bin/sh", "-c"]
-                args: ["exec vllm serve /mnt/models --served-model-name=llama-70b --tensor-parallel-size=8 --port=8000"]
+                args: ["exec vllm serve /mnt/models --served-model-name=llama-70b --tensor-parallel-size=8 --load-format modelexpress --port=8000"]
 "#;
 
 struct Rendered {

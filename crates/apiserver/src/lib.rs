@@ -18,6 +18,7 @@ pub mod namespaces;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod printers;
 pub mod resources;
 pub mod selector;
 pub mod serve;

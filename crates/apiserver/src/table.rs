@@ -94,6 +94,11 @@ fn cell(object: &Value, column: &Column, now: jiff::Timestamp) -> Value {
 /// A Table of `items` (full objects) for `resource`.
 pub fn table(resource: &Resource, items: &[Value], resource_version: &str) -> Value {
     let now = jiff::Timestamp::now();
+    if resource.columns.is_empty()
+        && let Some(printers) = crate::printers::for_kind(&resource.group, &resource.plural)
+    {
+        return printed(printers, items, resource_version, now);
+    }
     let columns = columns(resource);
     let mut definitions = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,
@@ -107,6 +112,39 @@ pub fn table(resource: &Resource, items: &[Value], resource_version: &str) -> Va
         .map(|object| {
             let mut cells = vec![object["metadata"]["name"].clone()];
             cells.extend(columns.iter().map(|c| cell(object, c, now)));
+            json!({
+                "cells": cells,
+                "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"] },
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+        "metadata": { "resourceVersion": resource_version },
+        "columnDefinitions": definitions,
+        "rows": rows,
+    })
+}
+
+/// A Table of a built-in kind, with the columns its printers compute.
+fn printed(
+    printers: &[crate::printers::Printer],
+    items: &[Value],
+    resource_version: &str,
+    now: jiff::Timestamp,
+) -> Value {
+    let mut definitions = vec![json!({
+        "name": "Name", "type": "string", "format": "name", "priority": 0,
+        "description": "Name must be unique within a namespace.",
+    })];
+    definitions.extend(printers.iter().map(|p| {
+        json!({ "name": p.name, "type": "string", "format": "", "description": "", "priority": p.priority })
+    }));
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|object| {
+            let mut cells = vec![object["metadata"]["name"].clone()];
+            cells.extend(printers.iter().map(|p| (p.cell)(object, now)));
             json!({
                 "cells": cells,
                 "object": { "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"] },

@@ -142,7 +142,7 @@ fn generation_moves_with_the_spec_not_with_metadata_or_status() {
     let mut scaled = old.clone();
     scaled["spec"]["replicas"] = json!(3);
     scaled["status"] = json!({ "replicas": 99 });
-    scaled["metadata"]["uid"] = json!("forged");
+    scaled["metadata"].as_object_mut().map(|m| m.remove("uid"));
     assert_eq!(
         prepare_update(&old, &mut scaled, &deployments),
         Ok(Change::Changed)
@@ -154,6 +154,13 @@ fn generation_moves_with_the_spec_not_with_metadata_or_status() {
         "the main endpoint keeps the old status"
     );
     assert_eq!(scaled["metadata"]["uid"], old["metadata"]["uid"]);
+    // A uid in an update is a precondition, as Kubernetes' registry checks it.
+    let mut forged = old.clone();
+    forged["metadata"]["uid"] = json!("forged");
+    assert!(matches!(
+        prepare_update(&old, &mut forged, &deployments),
+        Err(modelplane_apiserver::object::Refusal::Conflict(_))
+    ));
 
     let (status_written, change) = prepare_status_update(
         &old,

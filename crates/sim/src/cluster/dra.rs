@@ -267,9 +267,26 @@ impl Inventory {
                 let Ok(scope) = device.activation.bind(&ctx) else {
                     continue;
                 };
-                // A selector that fails to evaluate does not match (as the
-                // scheduler treats a missing attribute).
-                if selectors.iter().all(|s| s.matches(&scope).unwrap_or(false)) {
+                // A selector that fails to evaluate (a missing attribute)
+                // aborts the allocation, as Kubernetes' allocator does.
+                let mut all = true;
+                for selector in &selectors {
+                    match selector.matches(&scope) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            all = false;
+                            break;
+                        }
+                        Err(e) => {
+                            return Err(format!(
+                                "CEL selector {:?} on device {}: {e}",
+                                selector.text(),
+                                device.device
+                            ));
+                        }
+                    }
+                }
+                if all {
                     held.insert(k);
                     chosen.push(Allocated {
                         request: request_name.to_string(),

@@ -108,10 +108,11 @@ fn cliques<'a>(pcs: &'a Value, replica: u64) -> Vec<Clique<'a>> {
                     replicas,
                     min_available: c["spec"]["minAvailable"].as_u64().unwrap_or(replicas),
                     group: Some((fqn.clone(), k, template_pods)),
+                    // Scaled PodGangs are numbered from 0, whatever minAvailable is.
                     gang: if k < group_min {
                         base_gang.clone()
                     } else {
-                        format!("{fqn}-{k}")
+                        format!("{fqn}-{}", k - group_min)
                     },
                 });
             }

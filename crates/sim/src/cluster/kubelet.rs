@@ -267,16 +267,23 @@ fn backoff(profile: &Profile, restarts: u32) -> Duration {
 }
 
 fn devices_of(world: &World<'_>, pod: &Value) -> u64 {
-    pod["status"]["resourceClaimStatuses"]
+    // A pod's claims: named directly, or generated from a template (the
+    // name its status gives).
+    pod["spec"]["resourceClaims"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|s| {
-            world.get(
-                kinds::CLAIM,
-                namespace(pod),
-                s["resourceClaimName"].as_str()?,
-            )
+        .filter_map(|claim| {
+            let name = match claim["resourceClaimName"].as_str() {
+                Some(direct) => direct.to_string(),
+                None => pod["status"]["resourceClaimStatuses"]
+                    .as_array()?
+                    .iter()
+                    .find(|s| s["name"] == claim["name"])?["resourceClaimName"]
+                    .as_str()?
+                    .to_string(),
+            };
+            world.get(kinds::CLAIM, namespace(pod), &name)
         })
         .map(|c| {
             c["status"]["allocation"]["devices"]["results"]
@@ -865,11 +872,15 @@ fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes
                 })
             };
             let fabric = pool(&run.node).and_then(|p| cx.fabrics.get(&p).cloned());
-            let wants_mx = container["env"]
+            // The ModelExpress loader runs only when the engine asks for it
+            // (`--load-format modelexpress`, `mx`) and knows its server.
+            let mx_loader = matches!(l.load_format.as_deref(), Some("modelexpress" | "mx"));
+            let mx_server = container["env"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .any(|e| e["name"] == "MODEL_EXPRESS_URL" || e["name"] == "MX_SERVER_ADDRESS");
+            let wants_mx = mx_loader && mx_server;
             let source = fabric
                 .filter(|_| cx.model_express && wants_mx)
                 .and_then(|fabric| peer_source(world, pod, &l, &fabric))
@@ -938,10 +949,25 @@ fn peer_source(world: &World<'_>, pod: &Value, launch: &Launch, fabric: &str) ->
             let (_, env) = environment(p, c);
             let (command, args) = command_line(c, &env);
             let mut log = String::new();
-            let argv = launch::argv(c["image"].as_str().unwrap_or_default(), &command, &args, &env, &mut log);
-            matches!(launch::process(&argv, log), Process::Engine(l) if l.model == launch.model && l.node_rank == 0)
+            let argv = launch::argv(
+                c["image"].as_str().unwrap_or_default(),
+                &command,
+                &args,
+                &env,
+                &mut log,
+            );
+            // A source is a replica of the same model, layout and rank that
+            // loaded through ModelExpress (its publisher registered it).
+            matches!(launch::process(&argv, log), Process::Engine(l)
+                if l.model == launch.model
+                    && l.node_rank == launch.node_rank
+                    && l.world_size == launch.world_size
+                    && matches!(l.load_format.as_deref(), Some("modelexpress" | "mx")))
         })
-        .map(|p| Source::Peer { pod: name(p).to_string(), fabric: fabric.to_string() })
+        .map(|p| Source::Peer {
+            pod: name(p).to_string(),
+            fabric: fabric.to_string(),
+        })
 }
 
 /// Serves the engine-sim of a launch on `ip:port` until stopped.

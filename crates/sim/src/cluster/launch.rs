@@ -34,6 +34,8 @@ pub struct Launch {
     pub master_addr: Option<String>,
     /// GPUs the engine uses across every node (tensor × pipeline × data parallel).
     pub world_size: u32,
+    /// `--load-format` (vLLM): `modelexpress` or `mx` loads through ModelExpress.
+    pub load_format: Option<String>,
 }
 
 /// A process that exited: its exit code and what it printed.
@@ -327,6 +329,7 @@ fn vllm(rest: &[String]) -> Process {
         node_rank,
         master_addr: master_addr.or_else(|| (nnodes > 1).then(|| "127.0.0.1".to_string())),
         world_size,
+        load_format: flags.get("load-format").cloned(),
     })
 }
 
@@ -384,6 +387,7 @@ fn sglang(rest: &[String]) -> Process {
         node_rank,
         master_addr,
         world_size: get("tp", get("tp-size", 1)) * get("dp", get("dp-size", 1)),
+        load_format: flags.get("load-format").cloned(),
     })
 }
 

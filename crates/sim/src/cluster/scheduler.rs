@@ -164,28 +164,33 @@ fn place(
     fits.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     for (_, node) in &fits {
         let mut taken: Taken = Vec::new();
-        let mut ok = true;
+        let mut failure = None;
         for claim in pod_claims {
             if !claim["status"]["allocation"].is_null() {
                 continue;
             }
             match inventory.allocate(claim, node) {
                 Ok(devices) => taken.push(((*claim).clone(), devices)),
-                Err(_) => {
-                    ok = false;
+                Err(e) => {
+                    failure = Some(e);
                     break;
                 }
             }
         }
-        if ok {
+        let Some(failure) = failure else {
             return Ok((node.clone(), taken));
-        }
+        };
         for (_, devices) in &taken {
             inventory.release(devices);
         }
-        *reasons
-            .entry("1 cannot allocate all claims".into())
-            .or_default() += 1;
+        // Not enough devices reads as kube-scheduler's summary; a selector
+        // that cannot be evaluated is said as is.
+        let reason = if failure == "cannot allocate all claims" {
+            "1 cannot allocate all claims".to_string()
+        } else {
+            format!("1 {failure}")
+        };
+        *reasons.entry(reason).or_default() += 1;
     }
     Err(unschedulable_message(nodes.len(), &reasons))
 }
@@ -369,7 +374,19 @@ fn gang(world: &World<'_>, pod: &Value) -> Option<(String, usize)> {
             .as_str()
             .and_then(|s| s.parse().ok())
             .unwrap_or(1);
-        return Some((format!("lws/{group}"), size));
+        // With `startupPolicy: LeaderReady` the workers come only once the
+        // leader runs: KAI's pod-grouper asks for the leader alone first.
+        let leader_ready_first = pod["metadata"]["ownerReferences"][0]["name"]
+            .as_str()
+            .and_then(|lws| world.get(kinds::LWS, namespace(pod), lws))
+            .is_some_and(|lws| lws["spec"]["startupPolicy"] == "LeaderReady");
+        let is_leader = labels["leaderworkerset.sigs.k8s.io/worker-index"] == "0";
+        let need = if leader_ready_first && is_leader {
+            1
+        } else {
+            size
+        };
+        return Some((format!("lws/{group}"), need));
     }
     Some((format!("pod/{}", name(pod)), 1))
 }
@@ -410,8 +427,21 @@ pub fn kai_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
         let entry = gangs.entry(gang).or_insert((need, Vec::new()));
         entry.1.push(pod);
     }
+    // Members already bound count toward a gang's minimum (a replacement
+    // pod joins its running gang).
+    let mut bound: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in world
+        .all(kinds::POD)
+        .filter(|p| p["spec"]["nodeName"].is_string() && !deleting(p) && !pod_done(p))
+    {
+        if pod["spec"]["schedulerName"] == SCHEDULER
+            && let Some((gang, _)) = gang(world, pod)
+        {
+            *bound.entry(gang).or_default() += 1;
+        }
+    }
     for (gang, (need, pods)) in gangs {
-        if pods.len() < need {
+        if pods.len() + bound.get(&gang).copied().unwrap_or(0) < need {
             // The rest of the gang is not created yet.
             continue;
         }
