@@ -29,8 +29,10 @@ fn modelplane(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// `modelplane sim` against `server`, once it has installed Crossplane's
+/// kinds (the Fault CRD is its last).
 fn sim(server: &Server) -> Process {
-    Process(
+    let process = Process(
         Command::new(env!("CARGO_BIN_EXE_modelplane"))
             .args(["sim", "--kubeconfig"])
             .arg(&server.kubeconfig)
@@ -39,7 +41,12 @@ fn sim(server: &Server) -> Process {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start the simulator"),
-    )
+    );
+    wait_for("the simulator's CRDs", Duration::from_secs(60), || {
+        let (ok, _, _) = server.kubectl_in(None, &["get", "crd", "faults.sim.modelplane.ai"], None);
+        ok.then_some(())
+    });
+    process
 }
 
 fn get_json(server: &Server, cluster: Option<&str>, args: &[&str]) -> Option<Value> {

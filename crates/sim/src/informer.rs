@@ -36,7 +36,12 @@ pub async fn watch(client: Client, kind: Kind, index: usize, tx: mpsc::Sender<Ch
         .default_backoff()
         .boxed();
     while let Some(event) = events.next().await {
-        let value = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        let value = |mut o: DynamicObject| {
+            // No simulated controller reads who owns which field, and the
+            // entries are most of a server-side-applied object's size.
+            o.metadata.managed_fields = None;
+            serde_json::to_value(o).unwrap_or(Value::Null)
+        };
         let change = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                 Change::Apply(index, value(o))
