@@ -210,14 +210,22 @@ pub async fn serve_clusters(
             .map_err(std::io::Error::other)?
             .map_err(|e| std::io::Error::other(format!("reading the logical clusters: {e}")))?
     };
+    // The server's own work and its connections stop with it.
+    let tasks = modelplane_supervisor::Supervisor::default();
     for server in std::iter::once(clusters.root().clone()).chain(resumed) {
-        tokio::spawn(crate::gc::resume(server.clone()));
-        tokio::spawn(crate::namespaces::resume(server.clone()));
-        tokio::spawn(crate::http::resume_crd_deletions(server));
+        tasks.spawn("gc-resume", crate::gc::resume(server.clone()));
+        tasks.spawn(
+            "namespaces-resume",
+            crate::namespaces::resume(server.clone()),
+        );
+        tasks.spawn(
+            "crd-deletions-resume",
+            crate::http::resume_crd_deletions(server),
+        );
     }
-    tokio::spawn(clusters.clone().follow_deletions());
-    tokio::spawn(crate::gc::sweep(clusters.root().clone()));
-    tokio::spawn(compact_periodically(clusters.clone()));
+    tasks.spawn("cluster-deletions", clusters.clone().follow_deletions());
+    tasks.spawn("gc-sweep", crate::gc::sweep(clusters.root().clone()));
+    tasks.spawn("compaction", compact_periodically(clusters.clone()));
     ready(addr, &path, &clusters);
     tokio::pin!(shutdown);
     loop {
@@ -230,10 +238,13 @@ pub async fn serve_clusters(
                     continue;
                 }
             },
-            () = &mut shutdown => return Ok(()),
+            () = &mut shutdown => {
+                tasks.shutdown().await;
+                return Ok(());
+            }
         };
         let (acceptor, app) = (acceptor.clone(), app.clone());
-        tokio::spawn(async move {
+        tasks.spawn("connection", async move {
             // A failed or stalled handshake concerns that client only.
             let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
             else {

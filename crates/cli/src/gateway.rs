@@ -175,27 +175,25 @@ fn serve(args: &GatewayArgs, config: GatewayConfig, feed: Feed) -> anyhow::Resul
                 listener.local_addr()?
             ),
         }
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let wait = move || {
-            let mut stopped = stopped.clone();
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }
-        };
+        // The config or feed watch and the health checks stop with the gateway.
+        let tasks = modelplane_supervisor::Supervisor::default();
+        let wait = || tasks.stopping();
         match client {
-            None => drop(tokio::spawn(modelplane_gateway::config::watch(
-                gateway.clone(),
-                args.config.clone(),
-                Duration::from_millis(args.reload_interval_ms.max(50)),
-                wait(),
-            ))),
-            Some(client) => drop(tokio::spawn(modelplane_gateway::feed::watch(
-                gateway.clone(),
-                client,
-                wait(),
-            ))),
+            None => tasks.spawn(
+                "gateway-config",
+                modelplane_gateway::config::watch(
+                    gateway.clone(),
+                    args.config.clone(),
+                    Duration::from_millis(args.reload_interval_ms.max(50)),
+                    wait(),
+                ),
+            ),
+            Some(client) => tasks.spawn(
+                "gateway-feed",
+                modelplane_gateway::feed::watch(gateway.clone(), client, wait()),
+            ),
         }
-        tokio::spawn(modelplane_gateway::health::run(gateway.clone(), wait()));
+        tasks.spawn("gateway-health", modelplane_gateway::health::run(gateway.clone(), wait()));
         let serving =
             modelplane_gateway::server::serve(listener, gateway, wait(), Duration::from_secs(30));
         tokio::pin!(serving);
@@ -203,7 +201,7 @@ fn serve(args: &GatewayArgs, config: GatewayConfig, feed: Feed) -> anyhow::Resul
             result = &mut serving => return result.map_err(Into::into),
             () = crate::logging::terminated() => {}
         }
-        let _ = stop.send(true);
+        tasks.shutdown().await;
         serving.await.map_err(Into::into)
     })
 }
