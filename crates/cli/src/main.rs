@@ -16,6 +16,7 @@ mod recipes;
 mod render;
 mod schedule;
 mod sim;
+mod up;
 mod validate;
 
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run Modelplane end to end on this machine: API server, controllers, gateway and a simulated fleet.
+    Up(up::UpArgs),
     /// Print the version of this binary and of the API it serves.
     Version,
     /// Print the CustomResourceDefinitions of all 14 kinds.
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
         Command::Controller(args) => report(controller::run(&args)),
         Command::EngineSim(args) => report(engine_sim::run(&args)),
         Command::Sim(args) => report(sim::run(&args)),
+        Command::Up(args) => report(up::run(&args)),
         Command::Providers(args) => match providers::run(&args) {
             Ok(code) => ExitCode::from(code),
             Err(e) => {

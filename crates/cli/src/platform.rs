@@ -12,10 +12,7 @@ use modelplane_api::types::{
     CacheStorage, CloudClusterStatus, Condition, InferenceClass, InferenceCluster, ServingStack,
     ServingStackStatus, Source, StackSecret,
 };
-use modelplane_compose::clouds::{
-    AksInputs, EksInputs, GkeInputs, NebiusInputs, VultrInputs, compose_aks_cluster,
-    compose_eks_cluster, compose_gke_cluster, compose_nebius_cluster, compose_vultr_cluster,
-};
+use modelplane_compose::clouds;
 use modelplane_compose::recipes::{self, Recipe};
 use modelplane_compose::{
     ClusterInputs, Composition, StackInputs, compose_inference_cluster, compose_serving_stack,
@@ -53,70 +50,20 @@ fn managed_storage_class(source: Source) -> Option<&'static str> {
     }
 }
 
-/// The provider config a cloud XR's credentials name, among those given.
-fn provider_config<'a>(xr: &Value, group: &str, given: &'a [Value]) -> Option<&'a Value> {
-    let credentials = &xr["spec"]["credentials"];
-    let kind = credentials["type"]
-        .as_str()
-        .unwrap_or("ClusterProviderConfig");
-    let name = credentials["name"].as_str().unwrap_or("default");
-    given.iter().find(|c| {
-        c["kind"] == kind
-            && c["metadata"]["name"] == name
-            && c["apiVersion"]
-                .as_str()
-                .is_some_and(|a| a.split('/').next() == Some(group))
-    })
-}
-
 /// A cloud cluster XR's managed resources, running; `None` for a GKE or
 /// Nebius cluster whose provider config (and so its project) is not given.
 fn compose_cloud(xr: &Value, provider_configs: &[Value]) -> Option<Composition> {
-    let project = |group| {
-        provider_config(xr, group, provider_configs)
-            .and_then(|c| c["spec"]["projectID"].as_str())
-            .map(str::to_string)
-    };
-    let composition = match xr["kind"].as_str()? {
-        "EKSCluster" => compose_eks_cluster(EksInputs {
-            cluster: &serde_json::from_value(xr.clone()).ok()?,
+    clouds::compose_cloud(
+        xr,
+        clouds::CloudObservations {
+            provider_configs,
             control_plane_ready: true,
             // The EFS StorageClass needs the file system's ID, which only
             // exists once AWS created it.
             file_system_id: None,
-        }),
-        "GKECluster" => compose_gke_cluster(GkeInputs {
-            cluster: &serde_json::from_value(xr.clone()).ok()?,
-            project: Some(&project("gcp.m.upbound.io")?),
-            control_plane_ready: true,
-        }),
-        "AKSCluster" => compose_aks_cluster(AksInputs {
-            cluster: &serde_json::from_value(xr.clone()).ok()?,
-            control_plane_ready: true,
-        }),
-        "NebiusCluster" => {
-            let config = provider_config(xr, "nebius.m.upbound.io", provider_configs)?;
-            let secret = &config["spec"]["credentials"]["secretRef"];
-            let credentials = StackSecret {
-                type_: "NebiusServiceAccountCredentials".into(),
-                name: secret["name"].as_str()?.into(),
-                key: secret["key"].as_str()?.into(),
-                namespace: secret["namespace"].as_str().map(str::to_string),
-            };
-            compose_nebius_cluster(NebiusInputs {
-                cluster: &serde_json::from_value(xr.clone()).ok()?,
-                project: Some(&project("nebius.m.upbound.io")?),
-                credentials: Some(&credentials),
-                control_plane_ready: true,
-            })
-        }
-        "VultrCluster" => compose_vultr_cluster(VultrInputs {
-            cluster: &serde_json::from_value(xr.clone()).ok()?,
-            control_plane_ready: true,
-        }),
-        _ => return None,
-    };
-    Some(composition)
+        },
+    )
+    .ok()
 }
 
 /// Composes a cluster as it stands once running, hosting `hosted_replicas`.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use clap::{Args, ValueEnum};
 use modelplane_api::types::GatewayBackend;
-use modelplane_compose::providers::Cloud;
+use modelplane_compose::providers::{Cloud, cloud_of_group};
 use modelplane_compose::{ProvidersInputs, compose_providers, plan_providers};
 
 use crate::fleet::{Fleet, load};
@@ -43,25 +43,7 @@ pub struct ProvidersArgs {
 
 /// The cloud whose provider serves a managed resource of this apiVersion.
 fn cloud_of_api_version(api_version: &str) -> Option<Cloud> {
-    let group = api_version.split('/').next().unwrap_or_default();
-    let suffix = |s: &str| group.ends_with(s);
-    if suffix("aws.upbound.io") || suffix("aws.m.upbound.io") {
-        Some(Cloud::Aws)
-    } else if suffix("gcp.upbound.io") || suffix("gcp.m.upbound.io") {
-        Some(Cloud::Gcp)
-    } else if suffix("azure.upbound.io") || suffix("azure.m.upbound.io") {
-        Some(Cloud::Azure)
-    } else if suffix("nebius.upbound.io") || suffix("nebius.m.upbound.io") {
-        Some(Cloud::Nebius)
-    } else if group.contains("vultr") {
-        Some(Cloud::Vultr)
-    } else if suffix("helm.crossplane.io") || suffix("helm.m.crossplane.io") {
-        Some(Cloud::Helm)
-    } else if suffix("kubernetes.crossplane.io") || suffix("kubernetes.m.crossplane.io") {
-        Some(Cloud::Kubernetes)
-    } else {
-        None
-    }
+    cloud_of_group(api_version.split('/').next().unwrap_or_default())
 }
 
 /// Runs `providers`; returns the exit code.

@@ -148,6 +148,28 @@ pub fn cloud_of(source: Source) -> Option<Cloud> {
     }
 }
 
+/// The cloud whose provider serves managed resources of this API group.
+pub fn cloud_of_group(group: &str) -> Option<Cloud> {
+    let suffix = |s: &str| group.ends_with(s);
+    if suffix("aws.upbound.io") || suffix("aws.m.upbound.io") {
+        Some(Cloud::Aws)
+    } else if suffix("gcp.upbound.io") || suffix("gcp.m.upbound.io") {
+        Some(Cloud::Gcp)
+    } else if suffix("azure.upbound.io") || suffix("azure.m.upbound.io") {
+        Some(Cloud::Azure)
+    } else if suffix("nebius.upbound.io") || suffix("nebius.m.upbound.io") {
+        Some(Cloud::Nebius)
+    } else if group.contains("vultr") {
+        Some(Cloud::Vultr)
+    } else if suffix("helm.crossplane.io") || suffix("helm.m.crossplane.io") {
+        Some(Cloud::Helm)
+    } else if suffix("kubernetes.crossplane.io") || suffix("kubernetes.m.crossplane.io") {
+        Some(Cloud::Kubernetes)
+    } else {
+        None
+    }
+}
+
 /// One provider's plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ProviderPlan {

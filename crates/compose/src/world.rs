@@ -108,7 +108,15 @@ pub enum Subject {
     Endpoint(Key),
     /// A ModelService, by key.
     Service(Key),
+    /// A cloud cluster XR (composed by its InferenceCluster): its kind, one
+    /// of [`crate::clouds::XR_KINDS`], and key.
+    Cloud(&'static str, Key),
+    /// The Crossplane providers on demand: one for the whole fleet.
+    Providers,
 }
+
+/// The key of [`Subject::Providers`], which has no object of its own.
+static NO_KEY: Key = Key::new();
 
 impl Subject {
     /// `(apiVersion, kind)` of the object it is.
@@ -117,6 +125,8 @@ impl Subject {
             Subject::Class(_) => "InferenceClass",
             Subject::Cluster(_) => "InferenceCluster",
             Subject::Stack(_) => return ("infrastructure.modelplane.ai/v1alpha1", "ServingStack"),
+            Subject::Cloud(kind, _) => return ("infrastructure.modelplane.ai/v1alpha1", kind),
+            Subject::Providers => return ("pkg.crossplane.io/v1", "Provider"),
             Subject::Gateway(_) => "InferenceGateway",
             Subject::Deployment(_) => "ModelDeployment",
             Subject::Replica(_) => "ModelReplica",
@@ -136,7 +146,9 @@ impl Subject {
             | Subject::Deployment(k)
             | Subject::Replica(k)
             | Subject::Endpoint(k)
-            | Subject::Service(k) => k,
+            | Subject::Service(k)
+            | Subject::Cloud(_, k) => k,
+            Subject::Providers => &NO_KEY,
         }
     }
 }
@@ -168,6 +180,9 @@ pub struct World {
     pub synced: bool,
     /// The objects Modelplane applied, as observed on each target.
     pub applied: BTreeMap<Target, BTreeMap<ObjectRef, Arc<Value>>>,
+    /// The cloud providers' configs a platform team created (the project
+    /// and credentials a cloud cluster's composition reads).
+    pub provider_configs: BTreeMap<ObjectRef, Arc<Value>>,
 }
 
 impl ReadinessRule {
@@ -258,6 +273,8 @@ impl World {
             Subject::Replica(key) => self.compose_replica(key),
             Subject::Endpoint(key) => self.compose_endpoint(key),
             Subject::Service(key) => self.compose_service(key),
+            Subject::Cloud(kind, key) => self.compose_cloud(kind, key),
+            Subject::Providers => Some(self.compose_providers()),
         }
     }
 
@@ -395,6 +412,79 @@ impl World {
             compose_serving_stack(inputs(true))
         } else {
             first
+        })
+    }
+
+    /// A cloud cluster XR's managed resources: first without what only
+    /// exists once the cloud made it (the control plane's kubeconfig, the
+    /// file system's ID), then with it once observed. An XR whose provider
+    /// config is missing holds: what exists keeps serving.
+    fn compose_cloud(&self, kind: &str, key: &str) -> Option<Composition> {
+        let xr = self.applied_object(&Target::ControlPlane, kind, key)?;
+        let configs: Vec<Value> = self
+            .provider_configs
+            .values()
+            .map(|c| (**c).clone())
+            .collect();
+        let observations = |control_plane_ready, file_system_id| crate::clouds::CloudObservations {
+            provider_configs: &configs,
+            control_plane_ready,
+            file_system_id,
+        };
+        let first = match crate::clouds::compose_cloud(xr, observations(false, None)) {
+            Ok(first) => first,
+            Err(e) => {
+                return Some(Composition {
+                    hold: true,
+                    conditions: vec![crate::Condition::new(
+                        "Composed",
+                        false,
+                        "CannotCompose",
+                        e.to_string(),
+                    )],
+                    ..Composition::default()
+                });
+            }
+        };
+        let observed = |d: &Desired| self.observed(d).map(|o| &**o);
+        let control_plane_ready = first
+            .desired
+            .iter()
+            .filter(|d| !d.object["spec"]["writeConnectionSecretToRef"].is_null())
+            .any(|d| observed(d).is_some_and(|o| condition_true(o, "Ready")));
+        let file_system_id = first
+            .desired
+            .iter()
+            .filter(|d| d.kind() == "FileSystem")
+            .find_map(|d| observed(d)?["status"]["atProvider"]["id"].as_str());
+        if !control_plane_ready {
+            return Some(first);
+        }
+        crate::clouds::compose_cloud(xr, observations(true, file_system_id)).ok()
+    }
+
+    /// The providers on demand: a cloud's run while a cluster uses it or its
+    /// managed resources remain.
+    fn compose_providers(&self) -> Composition {
+        let clusters: Vec<InferenceCluster> =
+            self.clusters.values().map(|c| (**c).clone()).collect();
+        let leftovers = self
+            .applied
+            .get(&Target::ControlPlane)
+            .into_iter()
+            .flat_map(|objects| objects.keys())
+            // Provider configs name a cloud but are not its managed resources.
+            .filter(|r| !r.kind.ends_with("ProviderConfig") && r.kind != "ProviderConfigUsage")
+            .filter_map(|r| crate::providers::cloud_of_group(r.group()))
+            .collect();
+        let traefik = self
+            .gateways
+            .get(labels::GATEWAY_NAME)
+            .is_some_and(|g| g.spec.backend() == modelplane_api::types::GatewayBackend::Traefik);
+        crate::compose_providers(crate::ProvidersInputs {
+            clusters: &clusters,
+            leftovers: &leftovers,
+            traefik,
         })
     }
 

@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use modelplane_api::labels;
 use modelplane_compose::Target;
+use modelplane_compose::clouds::XR_KINDS;
+use modelplane_compose::providers::cloud_of_group;
 use modelplane_compose::world::{Key, ObjectRef, Subject, World, key};
 use serde_json::Value;
 
@@ -77,8 +79,11 @@ impl Kind {
     }
 }
 
+/// The owner uid of what the providers on demand compose (they have no
+/// object of their own, so their objects are labelled with this).
+pub const PROVIDERS_UID: &str = "modelplane-providers";
+
 /// Everything observed.
-#[derive(Default)]
 pub struct Index {
     /// The fleet as compose reads it.
     pub world: World,
@@ -92,6 +97,26 @@ pub struct Index {
     owned: HashMap<String, BTreeSet<(Target, ObjectRef)>>,
     /// The owned kinds listed at least once, per target.
     owned_listed: BTreeMap<Target, BTreeSet<(String, String)>>,
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        let mut index = Index {
+            world: World::default(),
+            listed: BTreeSet::new(),
+            subjects: HashMap::new(),
+            uids: HashMap::new(),
+            owned: HashMap::new(),
+            owned_listed: BTreeMap::new(),
+        };
+        index
+            .uids
+            .insert(Subject::Providers, PROVIDERS_UID.to_string());
+        index
+            .subjects
+            .insert(PROVIDERS_UID.to_string(), Subject::Providers);
+        index
+    }
 }
 
 fn uid(object: &Value) -> Option<String> {
@@ -200,6 +225,10 @@ impl Index {
             Subject::Stack(k) => w
                 .applied_object(&Target::ControlPlane, "ServingStack", k)
                 .map(|o| (**o).clone()),
+            Subject::Cloud(kind, k) => w
+                .applied_object(&Target::ControlPlane, kind, k)
+                .map(|o| (**o).clone()),
+            Subject::Providers => None,
         }
     }
 
@@ -258,13 +287,20 @@ impl Index {
         let services = || all(Subject::Service, self.world.services.keys().collect());
         let mut subjects: Vec<Subject> = own.into_iter().collect();
         match kind {
-            Kind::Cluster => subjects.extend(self.after_cluster_change(key)),
+            Kind::Cluster => {
+                subjects.extend(self.after_cluster_change(key));
+                subjects.push(Subject::Providers);
+            }
             Kind::Class => {
                 subjects.extend(deployments());
                 subjects.extend(all(Subject::Cluster, self.world.clusters.keys().collect()));
             }
             Kind::Cache => subjects.extend(deployments()),
-            Kind::Gateway | Kind::Endpoint => subjects.extend(services()),
+            Kind::Gateway => {
+                subjects.extend(services());
+                subjects.push(Subject::Providers);
+            }
+            Kind::Endpoint => subjects.extend(services()),
             Kind::Replica => {
                 let labels = &object["metadata"]["labels"];
                 if let Some(d) = labels[labels::DEPLOYMENT].as_str() {
@@ -386,7 +422,7 @@ impl Index {
             set.remove(&(target.clone(), reference.clone()));
         }
         let mut subjects = Vec::new();
-        if let Some(stack) = stack_subject(target, &reference) {
+        if let Some(stack) = applied_subject(target, &reference) {
             if let Some(object) = self
                 .world
                 .applied
@@ -412,7 +448,7 @@ impl Index {
     /// Forgets an owned object that was deleted; returns its owner.
     pub fn delete_owned(&mut self, target: &Target, object: &Value) -> Vec<Subject> {
         let reference = ObjectRef::of(object);
-        if let Some(stack) = stack_subject(target, &reference) {
+        if let Some(stack) = applied_subject(target, &reference) {
             self.forget(&stack);
         }
         let removed = self
@@ -423,13 +459,19 @@ impl Index {
         let Some(owner) = removed.as_deref().and_then(owner_uid).map(str::to_string) else {
             return Vec::new();
         };
+        // The last managed resource of a cloud gone lets its providers idle.
+        let mut subjects = Vec::new();
+        if *target == Target::ControlPlane && cloud_of_group(reference.group()).is_some() {
+            subjects.push(Subject::Providers);
+        }
         if let Some(set) = self.owned.get_mut(&owner) {
             set.remove(&(target.clone(), reference));
             if set.is_empty() {
                 self.owned.remove(&owner);
             }
         }
-        self.subjects.get(&owner).cloned().into_iter().collect()
+        subjects.extend(self.subjects.get(&owner).cloned());
+        subjects
     }
 
     /// Replaces the owned objects of one kind on `target` with a fresh list.
@@ -466,6 +508,46 @@ impl Index {
         subjects
     }
 
+    /// Records a cloud provider config a platform team created; returns the
+    /// cloud clusters to compose again.
+    pub fn apply_config(&mut self, object: Value) -> Vec<Subject> {
+        self.world
+            .provider_configs
+            .insert(ObjectRef::of(&object), Arc::new(object));
+        self.clouds()
+    }
+
+    /// Forgets a deleted provider config.
+    pub fn delete_config(&mut self, object: &Value) -> Vec<Subject> {
+        self.world.provider_configs.remove(&ObjectRef::of(object));
+        self.clouds()
+    }
+
+    /// Replaces the provider configs of `(api_version, kind)` with a list.
+    pub fn reset_configs(
+        &mut self,
+        (api_version, kind): (&str, &str),
+        objects: Vec<Value>,
+    ) -> Vec<Subject> {
+        self.world
+            .provider_configs
+            .retain(|r, _| !(r.api_version == api_version && r.kind == kind));
+        for object in objects {
+            self.world
+                .provider_configs
+                .insert(ObjectRef::of(&object), Arc::new(object));
+        }
+        self.clouds()
+    }
+
+    fn clouds(&self) -> Vec<Subject> {
+        self.uids
+            .keys()
+            .filter(|s| matches!(s, Subject::Cloud(..)))
+            .cloned()
+            .collect()
+    }
+
     /// Forgets everything observed on `target` (its connection is gone).
     pub fn drop_target(&mut self, target: &Target) {
         if let Some(applied) = self.world.applied.remove(target) {
@@ -481,12 +563,22 @@ impl Index {
     }
 }
 
-/// The subject an object Modelplane applied is, if any: a ServingStack on
-/// the control plane (its InferenceCluster composes it; it composes the
-/// stack's releases and cluster objects).
-fn stack_subject(target: &Target, reference: &ObjectRef) -> Option<Subject> {
-    (*target == Target::ControlPlane && reference.kind == "ServingStack")
-        .then(|| Subject::Stack(key(Some(&reference.namespace), &reference.name)))
+/// The subject an object Modelplane applied is, if any: a ServingStack or a
+/// cloud cluster XR on the control plane (its InferenceCluster composes it;
+/// it composes the stack's releases and cluster objects, or the cloud's
+/// managed resources).
+fn applied_subject(target: &Target, reference: &ObjectRef) -> Option<Subject> {
+    if *target != Target::ControlPlane {
+        return None;
+    }
+    let key = key(Some(&reference.namespace), &reference.name);
+    if reference.kind == "ServingStack" {
+        return Some(Subject::Stack(key));
+    }
+    XR_KINDS
+        .iter()
+        .find(|k| **k == reference.kind)
+        .map(|kind| Subject::Cloud(kind, key))
 }
 
 /// The key of `name` in the namespace of `object`.

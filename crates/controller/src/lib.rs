@@ -123,6 +123,17 @@ const CONTROL_OWNED: &[(&str, &str)] = &[
     ("helm.m.crossplane.io/v1beta1", "Release"),
     ("protection.crossplane.io/v1beta1", "Usage"),
     ("protection.crossplane.io/v1beta1", "ClusterUsage"),
+    ("pkg.crossplane.io/v1", "Provider"),
+    ("pkg.crossplane.io/v1beta1", "DeploymentRuntimeConfig"),
+];
+
+/// Cloud provider configs a cloud cluster's composition reads: the GCP
+/// project, the Nebius project and credentials.
+const PROVIDER_CONFIGS: &[(&str, &str)] = &[
+    ("gcp.m.upbound.io/v1beta1", "ClusterProviderConfig"),
+    ("gcp.m.upbound.io/v1beta1", "ProviderConfig"),
+    ("nebius.m.upbound.io/v1beta1", "ClusterProviderConfig"),
+    ("nebius.m.upbound.io/v1beta1", "ProviderConfig"),
 ];
 
 /// The same on each workload cluster.
@@ -207,6 +218,34 @@ impl Shared {
     }
 }
 
+/// Creates `modelplane-system` (the Lease, cloud clusters and stacks live
+/// there) unless it exists, retrying until the control plane answers.
+async fn ensure_system_namespace(client: kube::Client) {
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+    let namespace = k8s_openapi::api::core::v1::Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(modelplane_api::labels::SYSTEM_NAMESPACE.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    loop {
+        match namespaces.get_opt(modelplane_api::labels::SYSTEM_NAMESPACE).await {
+            Ok(Some(_)) => return,
+            Ok(None) => match namespaces.create(&Default::default(), &namespace).await {
+                Ok(_) => {
+                    tracing::info!(namespace = modelplane_api::labels::SYSTEM_NAMESPACE, "created");
+                    return;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => return,
+                Err(e) => tracing::warn!(error = %e, "cannot create the system namespace; retrying"),
+            },
+            Err(e) => tracing::debug!(error = %e, "cannot read the system namespace; retrying"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Runs the controllers against `control` until `shutdown` resolves. With
 /// leader election, watches run from the start (a warm index for a fast
 /// takeover) and work only while leading. Fails only when the probes'
@@ -226,6 +265,10 @@ pub async fn run(
         None => control,
     };
     let shared = Shared::new(control, leading.subscribe());
+    shared.supervisor.spawn(
+        "system namespace",
+        ensure_system_namespace(shared.control.client().clone()),
+    );
     if let Some(election) = config.election.clone() {
         shared.supervisor.spawn(
             "leader election",
@@ -251,6 +294,16 @@ pub async fn run(
         );
     }
     shared.watch_target(&Target::ControlPlane);
+    for (api_version, kind) in PROVIDER_CONFIGS {
+        shared.supervisor.spawn(
+            "provider config watch",
+            watch::run(
+                shared.clone(),
+                shared.control.clone(),
+                Watched::Config((*api_version).into(), (*kind).into()),
+            ),
+        );
+    }
     for _ in 0..config.workers.max(1) {
         shared
             .supervisor

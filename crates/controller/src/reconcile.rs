@@ -118,6 +118,12 @@ struct Plan {
     /// May prune now (lists read).
     prunable: BTreeSet<(Target, ObjectRef)>,
     ready: bool,
+    /// Whether the subject is an object with a status (the providers on
+    /// demand are not).
+    has_status: bool,
+    /// Whether its status fields are published before everything composed
+    /// can be seen (a cloud cluster's: they say how to reach its cluster).
+    fields_first: bool,
     /// Every composed object's target is connected and its kind listed
     /// there: readiness read from the index means something.
     seen: bool,
@@ -172,7 +178,11 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
     }
     let composition = index.world.compose(subject)?;
     let uid = index.uid_of(subject)?.to_string();
-    let object = index.subject_object(subject)?;
+    let has_status = *subject != Subject::Providers;
+    let object = match subject {
+        Subject::Providers => json!({ "metadata": { "name": "providers" } }),
+        _ => index.subject_object(subject)?,
+    };
     let owner = subject_ref(subject, &object);
     let mut unchanged = BTreeSet::new();
     for d in &composition.desired {
@@ -202,6 +212,8 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
                 && index.owned_synced(&d.target, &r.api_version, &r.kind)
         });
     Some(Plan {
+        fields_first: matches!(subject, Subject::Cloud(..)),
+        has_status,
         seen,
         ready: index.world.all_ready(&composition),
         composition,
@@ -318,6 +330,9 @@ async fn prune(
 }
 
 async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) {
+    if !plan.has_status {
+        return;
+    }
     record(shared, plan, &plan.composition.events).await;
     let error = (!failures.is_empty()).then(|| failures.join("; "));
     let status = match (&error, plan.seen) {
@@ -331,9 +346,15 @@ async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) 
         ),
         // Not everything composed can be seen yet: the last published
         // readiness stands.
-        (None, false) => return,
+        (None, false) if !plan.fields_first => return,
+        (None, false) => crate::status::with_fields(&plan.composition, &plan.observed_status),
         (Some(error), false) => {
-            crate::status::with_synced_error(&plan.observed_status, error, &now())
+            let observed = if plan.fields_first {
+                crate::status::with_fields(&plan.composition, &plan.observed_status)
+            } else {
+                plan.observed_status.clone()
+            };
+            crate::status::with_synced_error(&observed, error, &now())
         }
     };
     if status == plan.observed_status {

@@ -87,6 +87,26 @@ pub fn with_synced_error(observed: &Value, message: &str, now: &str) -> Value {
     Value::Object(status)
 }
 
+/// `observed` with the composition's own status fields (not its
+/// conditions) set: what a cloud cluster publishes while its cluster cannot
+/// be seen yet — how to reach that cluster comes from the control plane's
+/// managed resources alone, and nothing can be seen there until it is
+/// published.
+pub fn with_fields(composition: &Composition, observed: &Value) -> Value {
+    let mut status = match observed {
+        Value::Object(fields) => fields.clone(),
+        _ => Map::new(),
+    };
+    if let Some(Value::Object(fields)) = &composition.status {
+        for (field, value) in fields {
+            if field != "conditions" {
+                status.insert(field.clone(), value.clone());
+            }
+        }
+    }
+    Value::Object(status)
+}
+
 /// The condition types whose status changed from `before` to `after`, with
 /// their new reason and message: what an Event tells.
 pub fn transitions(before: &Value, after: &Value) -> Vec<(String, String, String, String)> {
@@ -169,6 +189,17 @@ mod tests {
         assert_eq!(status(&unseen, "ModelReady"), Some(json!("True")));
         assert_eq!(status(&unseen, "Synced"), Some(json!("False")));
         assert_eq!(unseen["replicas"], 1);
+    }
+
+    #[test]
+    fn an_unseen_cloud_cluster_publishes_its_fields_and_keeps_its_conditions() {
+        let before = publish(&composition(false), false, None, &Value::Null, "t1", None);
+        let mut reached = composition(false);
+        reached.status = Some(json!({ "secrets": [{ "type": "Kubeconfig" }] }));
+        let after = with_fields(&reached, &before);
+        assert_eq!(after["secrets"][0]["type"], "Kubeconfig");
+        assert_eq!(after["replicas"], 1, "fields it no longer sets stay");
+        assert_eq!(after["conditions"], before["conditions"]);
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub enum Watched {
     Control(Kind),
     /// Objects of `(apiVersion, kind)` Modelplane applied on a target.
     Owned(Target, String, String),
+    /// A cloud provider's configs on the control plane (a platform team's).
+    Config(String, String),
 }
 
 impl Watched {
@@ -35,7 +37,7 @@ impl Watched {
                 let (a, k) = kind.type_meta();
                 (a.to_string(), k.to_string())
             }
-            Watched::Owned(_, a, k) => (a.clone(), k.clone()),
+            Watched::Owned(_, a, k) | Watched::Config(a, k) => (a.clone(), k.clone()),
         }
     }
 }
@@ -64,7 +66,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
     };
     let api: Api<DynamicObject> = Api::all_with(connection.client().clone(), &resource);
     let config = match &watched {
-        Watched::Control(_) => watcher::Config::default(),
+        Watched::Control(_) | Watched::Config(..) => watcher::Config::default(),
         Watched::Owned(..) => watcher::Config::default().labels(labels::OWNER_UID),
     };
     let mut events = watcher(api, config).default_backoff().boxed();
@@ -125,6 +127,11 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 (watcher::Event::InitDone, Watched::Owned(t, a, k)) => {
                     index.reset_owned(t, (a, k), std::mem::take(&mut listing))
                 }
+                (watcher::Event::InitDone, Watched::Config(a, k)) => {
+                    index.reset_configs((a, k), std::mem::take(&mut listing))
+                }
+                (watcher::Event::Apply(o), Watched::Config(..)) => index.apply_config(value(o)),
+                (watcher::Event::Delete(o), Watched::Config(..)) => index.delete_config(&value(o)),
                 (watcher::Event::Apply(o), Watched::Control(k)) => index.apply(*k, &value(o)),
                 (watcher::Event::Apply(o), Watched::Owned(t, ..)) => index.apply_owned(t, value(o)),
                 (watcher::Event::Delete(o), Watched::Control(k)) => index.delete(*k, &value(o)),

@@ -150,7 +150,7 @@ async fn install(control: &Client) {
             "metadata": { "name": format!("sim-{family}-credentials"), "namespace": CREDENTIALS_NAMESPACE },
             "stringData": { "credentials": format!("simulated {family} account") },
         });
-        let config = json!({
+        let mut config = json!({
             "apiVersion": format!("{family}.m.upbound.io/v1beta1"),
             "kind": "ClusterProviderConfig",
             "metadata": { "name": "default" },
@@ -158,6 +158,10 @@ async fn install(control: &Client) {
                 "namespace": CREDENTIALS_NAMESPACE, "name": format!("sim-{family}-credentials"), "key": "credentials",
             } } },
         });
+        // GCP and Nebius name the account's project in the config.
+        if matches!(family, "gcp" | "nebius") {
+            config["spec"]["projectID"] = json!(format!("sim-{family}-project"));
+        }
         let kind = ApiKind::new(
             &format!("{family}.m.upbound.io/v1beta1"),
             "ClusterProviderConfig",

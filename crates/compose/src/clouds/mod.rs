@@ -15,7 +15,7 @@ use modelplane_api::names;
 use modelplane_api::types::{CredentialsRef, ProviderConfigKind};
 use serde_json::{Value, json};
 
-use crate::{Desired, ReadinessRule, Target};
+use crate::{Composition, Desired, ReadinessRule, Target};
 
 pub use aks::{AksInputs, compose_aks_cluster};
 pub use eks::{EksInputs, compose_eks_cluster};
@@ -161,4 +161,149 @@ impl<'a> Builder<'a> {
             ready_when: ReadinessRule::Created,
         });
     }
+}
+
+/// The cloud cluster XR kinds, one per provisioning source.
+pub const XR_KINDS: [&str; 5] = [
+    "EKSCluster",
+    "GKECluster",
+    "AKSCluster",
+    "NebiusCluster",
+    "VultrCluster",
+];
+
+/// What composing a cloud cluster XR reads besides the XR.
+#[derive(Clone, Copy, Debug)]
+pub struct CloudObservations<'a> {
+    /// The provider configs observed (a GKE or Nebius XR reads its project
+    /// and credentials from the one its `credentials` name).
+    pub provider_configs: &'a [Value],
+    /// The managed resource that writes the kubeconfig is Ready.
+    pub control_plane_ready: bool,
+    /// The EFS file system's ID, once AWS created it.
+    pub file_system_id: Option<&'a str>,
+}
+
+/// Why a cloud cluster XR cannot be composed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CloudError {
+    /// Its kind is no cloud cluster, or it does not parse as one.
+    #[error("{0}")]
+    Invalid(String),
+    /// The provider config its credentials name is not observed.
+    #[error("{kind} {name} of {group} does not exist (it gives the cluster's project)")]
+    MissingProviderConfig {
+        /// `ClusterProviderConfig` or `ProviderConfig`.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// The provider's API group.
+        group: String,
+    },
+    /// The provider config lacks a field composition needs.
+    #[error("{0}")]
+    IncompleteProviderConfig(String),
+}
+
+/// The provider config a cloud XR's credentials name, among those given.
+fn provider_config<'a>(xr: &Value, group: &str, given: &'a [Value]) -> Result<&'a Value, CloudError> {
+    let credentials = &xr["spec"]["credentials"];
+    let kind = credentials["type"]
+        .as_str()
+        .unwrap_or("ClusterProviderConfig");
+    let name = credentials["name"].as_str().unwrap_or("default");
+    given
+        .iter()
+        .find(|c| {
+            c["kind"] == kind
+                && c["metadata"]["name"] == name
+                && c["apiVersion"]
+                    .as_str()
+                    .is_some_and(|a| a.split('/').next() == Some(group))
+        })
+        .ok_or_else(|| CloudError::MissingProviderConfig {
+            kind: kind.into(),
+            name: name.into(),
+            group: group.into(),
+        })
+}
+
+fn typed<T: serde::de::DeserializeOwned>(xr: &Value) -> Result<T, CloudError> {
+    serde_json::from_value(xr.clone()).map_err(|e| {
+        CloudError::Invalid(format!(
+            "{} {} does not parse: {e}",
+            xr["kind"].as_str().unwrap_or("object"),
+            xr["metadata"]["name"].as_str().unwrap_or_default()
+        ))
+    })
+}
+
+/// A cloud cluster XR's managed resources (and in-cluster extras), by its
+/// kind — the one dispatch from an XR to its cloud's composition.
+pub fn compose_cloud(xr: &Value, observed: CloudObservations<'_>) -> Result<Composition, CloudError> {
+    let project = |group: &str| -> Result<String, CloudError> {
+        let config = provider_config(xr, group, observed.provider_configs)?;
+        config["spec"]["projectID"]
+            .as_str()
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                CloudError::IncompleteProviderConfig(format!(
+                    "{} {} of {group} has no spec.projectID",
+                    config["kind"].as_str().unwrap_or_default(),
+                    config["metadata"]["name"].as_str().unwrap_or_default()
+                ))
+            })
+    };
+    let ready = observed.control_plane_ready;
+    Ok(match xr["kind"].as_str().unwrap_or_default() {
+        "EKSCluster" => compose_eks_cluster(EksInputs {
+            cluster: &typed(xr)?,
+            control_plane_ready: ready,
+            file_system_id: observed.file_system_id,
+        }),
+        "GKECluster" => compose_gke_cluster(GkeInputs {
+            cluster: &typed(xr)?,
+            project: Some(&project("gcp.m.upbound.io")?),
+            control_plane_ready: ready,
+        }),
+        "AKSCluster" => compose_aks_cluster(AksInputs {
+            cluster: &typed(xr)?,
+            control_plane_ready: ready,
+        }),
+        "NebiusCluster" => {
+            let group = "nebius.m.upbound.io";
+            let config = provider_config(xr, group, observed.provider_configs)?;
+            let secret = &config["spec"]["credentials"]["secretRef"];
+            let field = |f: &str| {
+                secret[f].as_str().map(str::to_string).ok_or_else(|| {
+                    CloudError::IncompleteProviderConfig(format!(
+                        "the {group} provider config has no spec.credentials.secretRef.{f}"
+                    ))
+                })
+            };
+            let credentials = modelplane_api::types::StackSecret {
+                type_: "NebiusServiceAccountCredentials".into(),
+                name: field("name")?,
+                key: field("key")?,
+                namespace: secret["namespace"].as_str().map(str::to_string),
+            };
+            compose_nebius_cluster(NebiusInputs {
+                cluster: &typed(xr)?,
+                project: Some(&project(group)?),
+                credentials: Some(&credentials),
+                control_plane_ready: ready,
+            })
+        }
+        "VultrCluster" => compose_vultr_cluster(VultrInputs {
+            cluster: &typed(xr)?,
+            control_plane_ready: ready,
+        }),
+        other => {
+            return Err(CloudError::Invalid(format!(
+                "{other:?} is not a cloud cluster kind ({})",
+                XR_KINDS.join(", ")
+            )));
+        }
+    })
 }

@@ -1,0 +1,272 @@
+//! `modelplane up`: the whole product in one process — the embedded API
+//! server, the simulated fleet, every controller and the fleet gateway fed
+//! by watches, under one supervisor.
+//!
+//! Data flow: the API server starts on the data dir and writes its
+//! kubeconfig; the CRDs are installed through it; the simulated fleet, the
+//! controllers and the gateway's feed then all talk to it as any client
+//! would (the controllers never know the fleet is simulated). Progress is
+//! read back from the objects' status, as a user would with kubectl.
+
+mod apply;
+mod progress;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use modelplane_supervisor::Supervisor;
+
+/// How logs are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// JSON lines, for machines.
+    Json,
+}
+
+/// Arguments of `modelplane up`.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Runs Modelplane end to end on this machine: the embedded Kubernetes-compatible API server \
+(state in DIR/state.db, kubeconfig in DIR/kubeconfig), the controllers, the fleet gateway \
+and a simulated fleet — clouds that provision clusters, GPU nodes, the in-cluster schedulers \
+and engines that stream tokens. Apply InferenceClusters, InferenceClasses and \
+ModelDeployments with kubectl as on a real control cluster; Modelplane places, composes and \
+serves them. Ctrl-C or SIGTERM stops everything; `up` again on the same data dir resumes \
+the same fleet.
+
+Logs go to DIR/modelplane.log (RUST_LOG filters them; default info); progress goes to \
+standard output.
+
+Examples:
+  modelplane up --example
+  modelplane up --data-dir /tmp/mp --profile realistic
+  export KUBECONFIG=.modelplane/kubeconfig; kubectl get ic,md,mr -A")]
+pub struct UpArgs {
+    /// Directory for the state, the kubeconfig and the log (created if missing).
+    #[arg(long, value_name = "DIR", default_value = ".modelplane")]
+    data_dir: PathBuf,
+    /// How fast the simulated clouds, nodes and engines are: `fast` (seconds) or
+    /// `realistic` (the real systems' minutes).
+    #[arg(long, value_name = "PROFILE", default_value = "fast")]
+    profile: String,
+    /// Multiplies every simulated duration (0.5 runs twice as fast).
+    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    time_scale: f64,
+    /// Where the API server listens; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6443")]
+    listen: SocketAddr,
+    /// Where the fleet gateway (OpenAI-compatible) listens.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    gateway_listen: SocketAddr,
+    /// Also apply the example fleet (two EKS clusters, one per serving stack,
+    /// and two models) once the API server runs.
+    #[arg(long)]
+    example: bool,
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// The example fleet (examples/fleet), built into the binary so `up
+/// --example` works from any directory.
+const EXAMPLE: &[(&str, &str)] = &[
+    (
+        "inference-classes.yaml",
+        include_str!("../../../../examples/fleet/inference-classes.yaml"),
+    ),
+    (
+        "inference-clusters.yaml",
+        include_str!("../../../../examples/fleet/inference-clusters.yaml"),
+    ),
+    (
+        "namespace.yaml",
+        include_str!("../../../../examples/fleet/namespace.yaml"),
+    ),
+    (
+        "qwen3-8b.yaml",
+        include_str!("../../../../examples/fleet/qwen3-8b.yaml"),
+    ),
+    (
+        "qwen3-coder.yaml",
+        include_str!("../../../../examples/fleet/qwen3-coder.yaml"),
+    ),
+];
+
+/// Runs until Ctrl-C or SIGTERM.
+pub fn run(args: &UpArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.time_scale > 0.0 && args.time_scale.is_finite(),
+        "--time-scale must be a positive number, not {}",
+        args.time_scale
+    );
+    let profile: modelplane_sim::Profile = args
+        .profile
+        .parse()
+        .map_err(|e: String| anyhow::anyhow!("--profile: {e}"))?;
+    let profile = profile.scaled(args.time_scale);
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let log = log_file(&args.data_dir, args.log_format)?;
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(up(args, profile, &log))
+}
+
+/// Logs go to a file: standard output is for progress.
+fn log_file(dir: &Path, format: LogFormat) -> anyhow::Result<PathBuf> {
+    let path = dir.join("modelplane.log");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file));
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+    Ok(path)
+}
+
+async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let supervisor = Supervisor::default();
+    let kubeconfig = start_apiserver(args, &supervisor).await?;
+    let client = crate::controller::client(Some(&kubeconfig)).await?;
+    let gateway_listener = tokio::net::TcpListener::bind(args.gateway_listen)
+        .await
+        .with_context(|| format!("the gateway cannot listen on {}", args.gateway_listen))?;
+    let gateway_address = gateway_listener.local_addr()?;
+    apply::install(&client).await?;
+    progress::step(started, "API server up, CRDs installed");
+
+    let raw = kube::config::Kubeconfig::read_from(&kubeconfig)
+        .with_context(|| format!("reading {}", kubeconfig.display()))?;
+    modelplane_sim::start(raw, profile.clone(), &supervisor)
+        .await
+        .context("starting the simulated fleet")?;
+    start_controllers(&supervisor, &client, gateway_address);
+    let gateway = start_gateway(&supervisor, &client)?;
+    progress::step(
+        started,
+        &format!("simulated fleet ({profile} profile), controllers and gateway running"),
+    );
+    if args.example {
+        let applied = apply::manifests(&client, EXAMPLE).await?;
+        progress::step(
+            started,
+            &format!("example fleet applied ({applied} objects)"),
+        );
+    }
+    print!("{}", next_steps(&kubeconfig, gateway_address, log));
+    supervisor.spawn("progress", progress::follow(client.clone(), started));
+
+    let serving = modelplane_gateway::server::serve(
+        gateway_listener,
+        gateway,
+        crate::logging::terminated(),
+        Duration::from_secs(10),
+    );
+    let result = serving.await;
+    println!("stopping: draining the gateway, then the controllers, the fleet and the API server");
+    supervisor.shutdown().await;
+    println!("stopped; `modelplane up --data-dir {}` resumes this fleet", args.data_dir.display());
+    result.context("serving the gateway")
+}
+
+/// Starts the API server on the data dir; returns its kubeconfig's path.
+async fn start_apiserver(args: &UpArgs, supervisor: &Supervisor) -> anyhow::Result<PathBuf> {
+    let (ready, bound) = tokio::sync::oneshot::channel();
+    let config = modelplane_apiserver::serve::Config {
+        data_dir: args.data_dir.clone(),
+        listen: args.listen,
+    };
+    let (failed, failure) = tokio::sync::oneshot::channel();
+    let stopping = supervisor.stopping();
+    supervisor.spawn("apiserver", async move {
+        let served = modelplane_apiserver::serve::serve(
+            config,
+            move |_, path| {
+                let _ = ready.send(path.to_path_buf());
+            },
+            stopping,
+        )
+        .await;
+        if let Err(e) = served {
+            let _ = failed.send(e);
+        }
+    });
+    tokio::select! {
+        path = bound => path.context("the API server stopped while starting"),
+        error = failure => Err(match error {
+            Ok(e) => anyhow::anyhow!("the API server cannot start on {}: {e}", args.listen),
+            Err(_) => anyhow::anyhow!("the API server stopped while starting"),
+        }),
+    }
+}
+
+fn start_controllers(supervisor: &Supervisor, client: &kube::Client, gateway: SocketAddr) {
+    let config = modelplane_controller::Config {
+        gateway_address: Some(gateway.to_string()),
+        // One process: nothing to elect.
+        election: None,
+        ..modelplane_controller::Config::default()
+    };
+    let control = modelplane_controller::target::Connection::new("control plane", client.clone());
+    let stopping = supervisor.stopping();
+    supervisor.spawn("controllers", async move {
+        if let Err(e) = modelplane_controller::run(config, control, stopping).await {
+            tracing::error!(error = %e, "controllers stopped");
+        }
+    });
+}
+
+fn start_gateway(
+    supervisor: &Supervisor,
+    client: &kube::Client,
+) -> anyhow::Result<std::sync::Arc<modelplane_gateway::proxy::Gateway>> {
+    let gateway = modelplane_gateway::proxy::Gateway::new(Default::default())
+        .context("building the gateway's upstream client")?;
+    supervisor.spawn(
+        "gateway-feed",
+        modelplane_gateway::feed::watch(gateway.clone(), client.clone(), supervisor.stopping()),
+    );
+    supervisor.spawn(
+        "gateway-health",
+        modelplane_gateway::health::run(gateway.clone(), supervisor.stopping()),
+    );
+    Ok(gateway)
+}
+
+fn next_steps(kubeconfig: &Path, gateway: SocketAddr, log: &Path) -> String {
+    let kubeconfig = std::path::absolute(kubeconfig).unwrap_or_else(|_| kubeconfig.to_path_buf());
+    format!(
+        "
+Modelplane is up. In another shell:
+
+  export KUBECONFIG={kubeconfig}
+  kubectl get ic,md,mr -A
+  curl -sN http://{gateway}/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{{\"model\":\"qwen3-8b\",\"stream\":true,\"messages\":[{{\"role\":\"user\",\"content\":\"Hello\"}}]}}'
+
+Gateway: http://{gateway}/v1 (OpenAI-compatible; also http://{gateway}/<namespace>/<service>/v1)
+Logs:    {log}
+Ctrl-C stops everything.
+
+",
+        kubeconfig = kubeconfig.display(),
+        log = log.display(),
+    )
+}
