@@ -540,6 +540,21 @@ impl Index {
         self.clouds()
     }
 
+    /// The clusters whose kubeconfig is in the system namespace's Secret
+    /// `secret`.
+    pub fn clusters_reached_by(&self, secret: &str) -> Vec<String> {
+        self.world
+            .clusters
+            .keys()
+            .filter(|name| {
+                self.world
+                    .kubeconfig_secret(name)
+                    .is_ok_and(|(ns, s, _)| ns == labels::SYSTEM_NAMESPACE && s == secret)
+            })
+            .cloned()
+            .collect()
+    }
+
     fn clouds(&self) -> Vec<Subject> {
         self.uids
             .keys()

@@ -294,6 +294,10 @@ pub async fn run(
         );
     }
     shared.watch_target(&Target::ControlPlane);
+    shared.supervisor.spawn(
+        "kubeconfig watch",
+        watch::run(shared.clone(), shared.control.clone(), Watched::Kubeconfigs),
+    );
     for (api_version, kind) in PROVIDER_CONFIGS {
         shared.supervisor.spawn(
             "provider config watch",

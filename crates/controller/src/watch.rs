@@ -28,6 +28,9 @@ pub enum Watched {
     Owned(Target, String, String),
     /// A cloud provider's configs on the control plane (a platform team's).
     Config(String, String),
+    /// The Secrets of the system namespace, where clusters' kubeconfigs are:
+    /// a changed one reconnects its cluster.
+    Kubeconfigs,
 }
 
 impl Watched {
@@ -38,6 +41,7 @@ impl Watched {
                 (a.to_string(), k.to_string())
             }
             Watched::Owned(_, a, k) | Watched::Config(a, k) => (a.clone(), k.clone()),
+            Watched::Kubeconfigs => ("v1".into(), "Secret".into()),
         }
     }
 }
@@ -46,10 +50,24 @@ fn value(object: DynamicObject) -> Value {
     serde_json::to_value(object).unwrap_or(Value::Null)
 }
 
+/// Whether `watched` is of a connection that was replaced (its kubeconfig
+/// changed): such a watch ends, the new connection runs its own.
+fn replaced(shared: &Shared, watched: &Watched, connection: &Arc<Connection>) -> bool {
+    match watched {
+        Watched::Owned(target, ..) => !shared
+            .connection(target)
+            .is_some_and(|current| Arc::ptr_eq(&current, connection)),
+        _ => false,
+    }
+}
+
 /// Runs one watch until the supervisor stops it.
 pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watched) {
     let (api_version, kind) = watched.type_meta();
     let resource = loop {
+        if replaced(&shared, &watched, &connection) {
+            return;
+        }
         match connection.resolve(&api_version, &kind).await {
             Ok((resource, _)) => break resource,
             Err(TargetError::NotServed { .. }) => {
@@ -64,9 +82,18 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             }
         }
     };
-    let api: Api<DynamicObject> = Api::all_with(connection.client().clone(), &resource);
+    let api: Api<DynamicObject> = match &watched {
+        Watched::Kubeconfigs => Api::namespaced_with(
+            connection.client().clone(),
+            labels::SYSTEM_NAMESPACE,
+            &resource,
+        ),
+        _ => Api::all_with(connection.client().clone(), &resource),
+    };
     let config = match &watched {
-        Watched::Control(_) | Watched::Config(..) => watcher::Config::default(),
+        Watched::Control(_) | Watched::Config(..) | Watched::Kubeconfigs => {
+            watcher::Config::default()
+        }
         Watched::Owned(..) => watcher::Config::default().labels(labels::OWNER_UID),
     };
     let mut events = watcher(api, config).default_backoff().boxed();
@@ -74,6 +101,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
+            Err(_) if replaced(&shared, &watched, &connection) => return,
             Err(e) => {
                 tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
                 continue;
@@ -87,8 +115,21 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             (watcher::Event::InitApply(o), Watched::Control(Kind::Cluster)) => {
                 o.metadata.name.clone().into_iter().collect()
             }
+            (
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o),
+                Watched::Kubeconfigs,
+            ) => shared.index.read().map_or_else(
+                |_| Vec::new(),
+                |index| index.clusters_reached_by(o.metadata.name.as_deref().unwrap_or_default()),
+            ),
             _ => Vec::new(),
         };
+        if matches!(watched, Watched::Kubeconfigs) {
+            for cluster in clusters {
+                shared.queue.add(crate::Work::Connect(cluster));
+            }
+            continue;
+        }
         // An owner deleted (a ModelReplica, a ServingStack…) leaves its
         // objects on every target to collect.
         let owner_deleted = matches!(event, watcher::Event::Delete(_));
@@ -132,6 +173,8 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 }
                 (watcher::Event::Apply(o), Watched::Config(..)) => index.apply_config(value(o)),
                 (watcher::Event::Delete(o), Watched::Config(..)) => index.delete_config(&value(o)),
+                // Handled before the index is locked.
+                (_, Watched::Kubeconfigs) => Vec::new(),
                 (watcher::Event::Apply(o), Watched::Control(k)) => index.apply(*k, &value(o)),
                 (watcher::Event::Apply(o), Watched::Owned(t, ..)) => index.apply_owned(t, value(o)),
                 (watcher::Event::Delete(o), Watched::Control(k)) => index.delete(*k, &value(o)),

@@ -76,7 +76,16 @@ pub struct Edge {
 
 impl Edge {
     async fn start(workload: &Arc<Workload>) -> std::io::Result<Edge> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        // A load balancer keeps its address: after a restart, the one the
+        // Gateways were programmed with, if it is still free.
+        let previous = previous_address(workload).await;
+        let listener = match previous {
+            Some(address) => match tokio::net::TcpListener::bind(&address).await {
+                Ok(listener) => listener,
+                Err(_) => tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+            },
+            None => tokio::net::TcpListener::bind("127.0.0.1:0").await?,
+        };
         let address = listener.local_addr()?.to_string();
         let gateway = Gateway::new(GatewayConfig::default())?;
         let serving = gateway.clone();
@@ -91,8 +100,26 @@ impl Edge {
         if let Ok(mut edge) = workload.edge.lock() {
             *edge = Some(gateway.clone());
         }
+        // The routes may all be there already: compile them now.
+        workload.nudge.notify_one();
         Ok(Edge { address, gateway })
     }
+}
+
+/// The address this cluster's Gateways were last programmed with.
+async fn previous_address(workload: &Workload) -> Option<String> {
+    let gateways = gateway()
+        .api(workload.client(), None)
+        .list(&Default::default())
+        .await
+        .ok()?;
+    gateways.items.iter().find_map(|gw| {
+        let gw = serde_json::to_value(gw).ok()?;
+        gw["status"]["addresses"][0]["value"]
+            .as_str()
+            .filter(|a| a.starts_with("127."))
+            .map(str::to_string)
+    })
 }
 
 fn condition(type_: &str, reason: &str, message: &str, generation: &Value, stamp: &str) -> Value {

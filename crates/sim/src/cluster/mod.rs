@@ -148,6 +148,19 @@ impl Workloads {
             return Ok(existing);
         }
         let name = server.rsplit('/').next().unwrap_or(&server).to_string();
+        // A kubeconfig naming an address the cluster no longer answers on
+        // (written before a restart) fails at once, as a refused connection
+        // does; the caller retries once its Secret is current.
+        if let Some(known) = self.by_name(&name) {
+            return Err(format!(
+                "cluster {name} is not served at {server} (it is at {})",
+                Kubeconfig::from_yaml(&known.kubeconfig)
+                    .ok()
+                    .as_ref()
+                    .and_then(client::server)
+                    .unwrap_or_default()
+            ));
+        }
         self.register(kubeconfig, &name, None).await
     }
 
@@ -187,6 +200,7 @@ impl Workloads {
             kubelet_port,
             watches: Mutex::default(),
             logs: logs::Logs::default(),
+            nudge: tokio::sync::Notify::new(),
         });
         workload.scope.spawn(
             "sim-kubelet-endpoint",
@@ -269,6 +283,9 @@ pub struct Workload {
     )>,
     /// The containers' logs the kubelets serve.
     logs: logs::Logs,
+    /// Wakes the cluster's loop for a change it does not watch (its edge
+    /// data plane started).
+    pub nudge: tokio::sync::Notify,
 }
 
 impl Workload {

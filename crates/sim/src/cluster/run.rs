@@ -46,6 +46,7 @@ pub async fn run(workload: Arc<Workload>) {
             }
             () = sleep_until(wake) => {}
             () = workload.faults.changed.notified() => {}
+            () = workload.nudge.notified() => {}
         }
         wake = state.step(&workload).await;
     }
