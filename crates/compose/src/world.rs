@@ -108,6 +108,8 @@ pub enum Subject {
     Endpoint(Key),
     /// A ModelService, by key.
     Service(Key),
+    /// A ModelCache, by key.
+    Cache(Key),
     /// A cloud cluster XR (composed by its InferenceCluster): its kind, one
     /// of [`crate::clouds::XR_KINDS`], and key.
     Cloud(&'static str, Key),
@@ -132,6 +134,7 @@ impl Subject {
             Subject::Replica(_) => "ModelReplica",
             Subject::Endpoint(_) => "ModelEndpoint",
             Subject::Service(_) => "ModelService",
+            Subject::Cache(_) => "ModelCache",
         };
         ("modelplane.ai/v1alpha1", kind)
     }
@@ -147,6 +150,7 @@ impl Subject {
             | Subject::Replica(k)
             | Subject::Endpoint(k)
             | Subject::Service(k)
+            | Subject::Cache(k)
             | Subject::Cloud(_, k) => k,
             Subject::Providers => &NO_KEY,
         }
@@ -274,6 +278,7 @@ impl World {
             Subject::Endpoint(key) => self.compose_endpoint(key),
             Subject::Service(key) => self.compose_service(key),
             Subject::Cloud(kind, key) => self.compose_cloud(kind, key),
+            Subject::Cache(key) => self.compose_cache(key),
             Subject::Providers => Some(self.compose_providers()),
         }
     }
@@ -461,6 +466,63 @@ impl World {
             return Some(first);
         }
         crate::clouds::compose_cloud(xr, observations(true, file_system_id)).ok()
+    }
+
+    /// A ModelCache's volume and hydration Job on every cluster it
+    /// selects, each cluster's staging read back from what was observed
+    /// there. A gated repository's token is not read by the controllers
+    /// yet: such a cache holds.
+    fn compose_cache(&self, key: &str) -> Option<Composition> {
+        let cache = self.caches.get(key)?;
+        let clusters: Vec<InferenceCluster> =
+            self.clusters.values().map(|c| (**c).clone()).collect();
+        let namespace = cache.metadata.namespace.as_deref().unwrap_or_default();
+        let name = cache.metadata.name.as_deref().unwrap_or_default();
+        let pvc = names::cache_pvc_name(namespace, name);
+        let job = names::cache_job_name(namespace, name);
+        let observed: BTreeMap<String, crate::Staging> = self
+            .clusters
+            .keys()
+            .map(|cluster| {
+                let target = Target::Cluster(cluster.clone());
+                let get = |kind, name: &str| {
+                    self.applied_object(&target, kind, &self::key(Some(namespace), name))
+                };
+                let claim = get("PersistentVolumeClaim", &pvc);
+                let hydration = get("Job", &job);
+                let staging = crate::Staging {
+                    pvc_observed: claim.is_some(),
+                    pvc_bound: claim.is_some_and(|c| c["status"]["phase"] == "Bound"),
+                    job_complete: hydration.is_some_and(|j| condition_true(j, "Complete")),
+                    job_failed: hydration.is_some_and(|j| condition_true(j, "Failed")),
+                };
+                (cluster.clone(), staging)
+            })
+            .collect();
+        let status = cache.status.clone().unwrap_or_default();
+        let previous = status
+            .clusters
+            .into_iter()
+            .flatten()
+            .filter_map(|c| Some((c.name, c.phase?)))
+            .collect();
+        let gated = cache
+            .spec
+            .hugging_face
+            .as_ref()
+            .is_some_and(|hf| hf.auth_secret.is_some());
+        Some(crate::compose_model_cache(crate::CacheInputs {
+            cache,
+            clusters: self.synced.then_some(clusters.as_slice()),
+            token: if gated {
+                crate::Token::Unresolved
+            } else {
+                crate::Token::NotNeeded
+            },
+            observed: &observed,
+            previous: &previous,
+            was_ready: typed_condition_true(status.conditions.as_ref()),
+        }))
     }
 
     /// The providers on demand: a cloud's run while a cluster uses it or its

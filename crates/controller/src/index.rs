@@ -74,7 +74,7 @@ impl Kind {
             Kind::Replica => Subject::Replica(key),
             Kind::Endpoint => Subject::Endpoint(key),
             Kind::Service => Subject::Service(key),
-            Kind::Cache => return None,
+            Kind::Cache => Subject::Cache(key),
         })
     }
 }
@@ -228,6 +228,7 @@ impl Index {
             Subject::Cloud(kind, k) => w
                 .applied_object(&Target::ControlPlane, kind, k)
                 .map(|o| (**o).clone()),
+            Subject::Cache(k) => value(w.caches.get(k).map(|o| serde_json::to_value(o.as_ref()))),
             Subject::Providers => None,
         }
     }
@@ -289,6 +290,7 @@ impl Index {
         match kind {
             Kind::Cluster => {
                 subjects.extend(self.after_cluster_change(key));
+                subjects.extend(all(Subject::Cache, self.world.caches.keys().collect()));
                 subjects.push(Subject::Providers);
             }
             Kind::Class => {

@@ -152,6 +152,10 @@ const CLUSTER_OWNED: &[(&str, &str)] = &[
     ("grove.io/v1alpha1", "PodCliqueSet"),
     ("gateway.networking.k8s.io/v1", "HTTPRoute"),
     ("inference.networking.k8s.io/v1", "InferencePool"),
+    ("v1", "PersistentVolumeClaim"),
+    ("batch/v1", "Job"),
+    ("v1", "Secret"),
+    ("storage.k8s.io/v1", "StorageClass"),
 ];
 
 impl Shared {

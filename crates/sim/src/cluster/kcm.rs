@@ -215,6 +215,7 @@ fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
     }
     let mut status = json!({ "active": active, "succeeded": succeeded, "failed": failed, "startTime": job["status"]["startTime"].as_str().unwrap_or(world.timestamp) });
     if succeeded > 0 {
+        mark_hydrated(world, job, out);
         status["conditions"] = json!([
             condition_value(
                 None,
@@ -242,6 +243,31 @@ fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
         &["active", "succeeded", "failed"],
         out,
     );
+}
+
+/// What a volume holds outlives the Job that wrote it: a succeeded Job
+/// marks each claim it mounted as holding data (the simulated storage's
+/// record of its contents).
+fn mark_hydrated(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
+    let claims = job["spec"]["template"]["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str());
+    for claim in claims {
+        let Some(pvc) = world.get(kinds::PVC, namespace(job), claim) else {
+            continue;
+        };
+        if pvc["metadata"]["annotations"][super::HYDRATED] == "true" {
+            continue;
+        }
+        out.push(Write::Patch {
+            kind: kinds::PVC,
+            namespace: namespace(job).to_string(),
+            name: claim.to_string(),
+            patch: json!({ "metadata": { "uid": uid(pvc), "annotations": { super::HYDRATED: "true" } } }),
+        });
+    }
 }
 
 fn pvc_step(world: &World<'_>, pvc: &Value, out: &mut Vec<Write>) {

@@ -906,7 +906,8 @@ fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes
 }
 
 /// The cache claim an engine reads its model from while no hydration Job
-/// mounting it has completed (the volume is still empty).
+/// mounting it has completed (the volume is still empty): one has when the
+/// claim records it, or a completed one is still there.
 fn unhydrated_cache(world: &World<'_>, pod: &Value, launch: &Launch) -> Option<String> {
     let container = &pod["spec"]["containers"][0];
     let volume = pod["spec"]["volumes"]
@@ -927,7 +928,10 @@ fn unhydrated_cache(world: &World<'_>, pod: &Value, launch: &Launch) -> Option<S
                     })
         })?;
     let claim = volume["persistentVolumeClaim"]["claimName"].as_str()?;
-    let hydrated = world.all(kinds::JOB).any(|job| {
+    let recorded = world
+        .get(kinds::PVC, namespace(pod), claim)
+        .is_some_and(|pvc| pvc["metadata"]["annotations"][super::HYDRATED] == "true");
+    let hydrated = recorded || world.all(kinds::JOB).any(|job| {
         namespace(job) == namespace(pod)
             && super::world::condition(job, "Complete").is_some_and(|c| c["status"] == "True")
             && job["spec"]["template"]["spec"]["volumes"]

@@ -253,6 +253,10 @@ async fn wait_served(client: &Client, name: &str) -> Result<(), String> {
     Err(format!("cluster {name} does not answer: {last}"))
 }
 
+/// The annotation with which the simulated storage records that a volume
+/// holds what a Job wrote into it.
+pub const HYDRATED: &str = "sim.modelplane.ai/hydrated";
+
 /// One simulated workload cluster.
 pub struct Workload {
     /// Its name (the InferenceCluster's, for clusters the cloud created).
