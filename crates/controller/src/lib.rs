@@ -234,15 +234,23 @@ async fn ensure_system_namespace(client: kube::Client) {
         ..Default::default()
     };
     loop {
-        match namespaces.get_opt(modelplane_api::labels::SYSTEM_NAMESPACE).await {
+        match namespaces
+            .get_opt(modelplane_api::labels::SYSTEM_NAMESPACE)
+            .await
+        {
             Ok(Some(_)) => return,
             Ok(None) => match namespaces.create(&Default::default(), &namespace).await {
                 Ok(_) => {
-                    tracing::info!(namespace = modelplane_api::labels::SYSTEM_NAMESPACE, "created");
+                    tracing::info!(
+                        namespace = modelplane_api::labels::SYSTEM_NAMESPACE,
+                        "created"
+                    );
                     return;
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => return,
-                Err(e) => tracing::warn!(error = %e, "cannot create the system namespace; retrying"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot create the system namespace; retrying")
+                }
             },
             Err(e) => tracing::debug!(error = %e, "cannot read the system namespace; retrying"),
         }

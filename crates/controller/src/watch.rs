@@ -115,13 +115,14 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             (watcher::Event::InitApply(o), Watched::Control(Kind::Cluster)) => {
                 o.metadata.name.clone().into_iter().collect()
             }
-            (
-                watcher::Event::Apply(o) | watcher::Event::InitApply(o),
-                Watched::Kubeconfigs,
-            ) => shared.index.read().map_or_else(
-                |_| Vec::new(),
-                |index| index.clusters_reached_by(o.metadata.name.as_deref().unwrap_or_default()),
-            ),
+            (watcher::Event::Apply(o) | watcher::Event::InitApply(o), Watched::Kubeconfigs) => {
+                shared.index.read().map_or_else(
+                    |_| Vec::new(),
+                    |index| {
+                        index.clusters_reached_by(o.metadata.name.as_deref().unwrap_or_default())
+                    },
+                )
+            }
             _ => Vec::new(),
         };
         if matches!(watched, Watched::Kubeconfigs) {

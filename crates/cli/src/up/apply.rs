@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 /// The field manager of what `up` applies.
 const MANAGER: &str = "modelplane-up";
 
+/// Where `kubectl apply` keeps what it last applied.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// How long a kind just installed may take to be served.
 const SERVED_WITHIN: Duration = Duration::from_secs(30);
 
@@ -31,10 +34,17 @@ pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
         true,
     )));
     for crd in all {
-        let name = crd["metadata"]["name"].as_str().unwrap_or_default().to_string();
-        crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
-            .await
-            .with_context(|| format!("installing the CRD {name}"))?;
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        crds.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("installing the CRD {name}"))?;
     }
     let gateway = json!({
         "apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceGateway",
@@ -42,7 +52,10 @@ pub async fn install(client: &kube::Client) -> anyhow::Result<()> {
         "spec": { "backend": "Modelplane" },
     });
     let (api, _) = api_for(client, &gateway).await?;
-    match api.create(&Default::default(), &serde_json::from_value(gateway)?).await {
+    match api
+        .create(&Default::default(), &serde_json::from_value(gateway)?)
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e).context("creating the default InferenceGateway"),
@@ -56,11 +69,21 @@ pub async fn manifests(client: &kube::Client, files: &[(&str, &str)]) -> anyhow:
     for (file, text) in files {
         let objects = modelplane_api::validation::yaml::parse_values(text)
             .map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
-        for object in objects {
-            let (api, name) = api_for(client, &object).await.with_context(|| format!("{file}"))?;
-            api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&object))
+        for mut object in objects {
+            // As `kubectl apply` records it, so a later `kubectl apply` of
+            // the same file computes its patch without a warning.
+            let last_applied = serde_json::to_string(&object)?;
+            object["metadata"]["annotations"][LAST_APPLIED] = Value::String(last_applied);
+            let (api, name) = api_for(client, &object)
                 .await
-                .with_context(|| format!("{file}: applying {} {name}", object["kind"]))?;
+                .with_context(|| format!("{file}"))?;
+            api.patch(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .with_context(|| format!("{file}: applying {} {name}", object["kind"]))?;
             applied += 1;
         }
     }
@@ -69,8 +92,16 @@ pub async fn manifests(client: &kube::Client, files: &[(&str, &str)]) -> anyhow:
 
 /// The API of `object`'s kind (in its namespace) and its name, waiting for
 /// a kind installed a moment ago to be served.
-async fn api_for(client: &kube::Client, object: &Value) -> anyhow::Result<(Api<DynamicObject>, String)> {
-    let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or_default();
+async fn api_for(
+    client: &kube::Client,
+    object: &Value,
+) -> anyhow::Result<(Api<DynamicObject>, String)> {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
     let (api_version, kind, name) = (text("/apiVersion"), text("/kind"), text("/metadata/name"));
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let gvk = GroupVersionKind::gvk(group, version, kind);

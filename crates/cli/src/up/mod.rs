@@ -182,7 +182,10 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
     let result = serving.await;
     println!("stopping: draining the gateway, then the controllers, the fleet and the API server");
     supervisor.shutdown().await;
-    println!("stopped; `modelplane up --data-dir {}` resumes this fleet", args.data_dir.display());
+    println!(
+        "stopped; `modelplane up --data-dir {}` resumes this fleet",
+        args.data_dir.display()
+    );
     result.context("serving the gateway")
 }
 

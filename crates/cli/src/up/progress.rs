@@ -71,7 +71,10 @@ fn cluster_state(object: &Value) -> String {
             .trim_end()
             .to_string()
     } else {
-        format!("provisioning ({source}, {stack} stack): {}", waiting_on(object))
+        format!(
+            "provisioning ({source}, {stack} stack): {}",
+            waiting_on(object)
+        )
     }
 }
 
@@ -90,7 +93,10 @@ fn deployment_state(object: &Value) -> String {
 
 fn key(object: &DynamicObject) -> String {
     match &object.metadata.namespace {
-        Some(ns) => format!("{ns}/{}", object.metadata.name.as_deref().unwrap_or_default()),
+        Some(ns) => format!(
+            "{ns}/{}",
+            object.metadata.name.as_deref().unwrap_or_default()
+        ),
         None => object.metadata.name.clone().unwrap_or_default(),
     }
 }

@@ -206,7 +206,11 @@ pub enum CloudError {
 }
 
 /// The provider config a cloud XR's credentials name, among those given.
-fn provider_config<'a>(xr: &Value, group: &str, given: &'a [Value]) -> Result<&'a Value, CloudError> {
+fn provider_config<'a>(
+    xr: &Value,
+    group: &str,
+    given: &'a [Value],
+) -> Result<&'a Value, CloudError> {
     let credentials = &xr["spec"]["credentials"];
     let kind = credentials["type"]
         .as_str()
@@ -240,7 +244,10 @@ fn typed<T: serde::de::DeserializeOwned>(xr: &Value) -> Result<T, CloudError> {
 
 /// A cloud cluster XR's managed resources (and in-cluster extras), by its
 /// kind — the one dispatch from an XR to its cloud's composition.
-pub fn compose_cloud(xr: &Value, observed: CloudObservations<'_>) -> Result<Composition, CloudError> {
+pub fn compose_cloud(
+    xr: &Value,
+    observed: CloudObservations<'_>,
+) -> Result<Composition, CloudError> {
     let project = |group: &str| -> Result<String, CloudError> {
         let config = provider_config(xr, group, observed.provider_configs)?;
         config["spec"]["projectID"]

@@ -931,15 +931,16 @@ fn unhydrated_cache(world: &World<'_>, pod: &Value, launch: &Launch) -> Option<S
     let recorded = world
         .get(kinds::PVC, namespace(pod), claim)
         .is_some_and(|pvc| pvc["metadata"]["annotations"][super::HYDRATED] == "true");
-    let hydrated = recorded || world.all(kinds::JOB).any(|job| {
-        namespace(job) == namespace(pod)
-            && super::world::condition(job, "Complete").is_some_and(|c| c["status"] == "True")
-            && job["spec"]["template"]["spec"]["volumes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|v| v["persistentVolumeClaim"]["claimName"] == claim)
-    });
+    let hydrated = recorded
+        || world.all(kinds::JOB).any(|job| {
+            namespace(job) == namespace(pod)
+                && super::world::condition(job, "Complete").is_some_and(|c| c["status"] == "True")
+                && job["spec"]["template"]["spec"]["volumes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|v| v["persistentVolumeClaim"]["claimName"] == claim)
+        });
     (!hydrated).then(|| claim.to_string())
 }
 
