@@ -38,7 +38,7 @@ fn up(dir: &Path, gateway_port: u16, example: bool) -> Up {
         .arg(format!("127.0.0.1:{gateway_port}"))
         // Simulated minutes shortened: the test waits on what a user sees,
         // not on wall-clock provisioning.
-        .args(["--time-scale", "0.3"]);
+        .args(["--time-scale", "0.15"]);
     if example {
         command.arg("--example");
     }
