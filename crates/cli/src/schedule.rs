@@ -13,8 +13,8 @@ use anyhow::bail;
 use clap::{Args, ValueEnum};
 use modelplane_api::types::ModelDeployment;
 use modelplane_scheduler::{
-    Cluster, Deployment, DeviceMiss, DropReason, ExistingReplica, Explanation, Hold, Options,
-    Reason, Schedule, schedule,
+    Cluster, Deployment, DropReason, ExistingReplica, Explanation, Hold, Options, Reason, Schedule,
+    schedule,
 };
 use serde_json::Value;
 
@@ -345,87 +345,7 @@ fn drop_text(reason: DropReason) -> &'static str {
     }
 }
 
-fn miss_text(miss: &DeviceMiss) -> String {
-    match miss {
-        DeviceMiss::Count {
-            available,
-            requested,
-        } => format!("only {available} free of the {requested} requested"),
-        DeviceMiss::SelectorFalse {
-            selector,
-            expression,
-        } => format!("selector {selector} is false: {}", one_line(expression)),
-        DeviceMiss::SelectorError {
-            selector,
-            expression,
-            error,
-        } => {
-            format!(
-                "selector {selector} fails ({error}): {}",
-                one_line(expression)
-            )
-        }
-    }
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// A reason in words.
+/// A reason in words (the scheduler's, shared with status messages).
 pub fn reason_text(reason: &Reason) -> String {
-    match reason {
-        Reason::SelectorMismatch { label, want, have } => match have {
-            Some(have) => {
-                format!("cluster selector wants {label}={want}, cluster has {label}={have}")
-            }
-            None => format!("cluster selector wants {label}={want}, cluster has no {label} label"),
-        },
-        Reason::Taint { key, value, effect } => {
-            let taint = if value.is_empty() {
-                key.clone()
-            } else {
-                format!("{key}={value}")
-            };
-            format!("untolerated taint {taint}:{effect:?}")
-        }
-        Reason::NotReady => "cluster is not Ready".into(),
-        Reason::NoGateway => "cluster has no gateway address yet".into(),
-        Reason::NoPools => "cluster publishes no GPU pools".into(),
-        Reason::NoClaimableDevice => "only Synthetic devices match: no DRA device to claim".into(),
-        Reason::DeviceUnmatched {
-            member,
-            role,
-            request,
-            closest,
-        } => {
-            let mut text =
-                format!("member {member} ({role:?}) request {request} matches no device");
-            if let Some(c) = closest {
-                let _ = write!(text, "; closest {}: {}", c.device, miss_text(&c.why));
-            }
-            text
-        }
-        Reason::ClaimStranded { member, role } => {
-            format!(
-                "member {member} ({role:?}) would get only Synthetic devices here though it claims DRA devices elsewhere"
-            )
-        }
-        Reason::InsufficientNodes {
-            needed,
-            free,
-            used_by,
-        } => {
-            let mut text = format!("not enough free nodes: needed {needed}, free {free}");
-            if !used_by.is_empty() {
-                let users: Vec<String> = used_by
-                    .iter()
-                    .map(|u| format!("{} ({})", u.deployment, u.nodes))
-                    .collect();
-                let _ = write!(text, "; used by {}", users.join(", "));
-            }
-            text
-        }
-        Reason::NotNeeded => "fits, but every requested replica is placed".into(),
-    }
+    reason.to_string()
 }

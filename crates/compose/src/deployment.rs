@@ -222,6 +222,38 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
 
     let total = placed.placements.len();
     let requested = md.spec.replicas;
+    if u32::try_from(total).unwrap_or(u32::MAX) < placed.requested {
+        // Why the rest found no place, per cluster and pool: the scheduler
+        // explains only when asked, so it is asked again only here.
+        let explained = schedule(
+            &deployment,
+            clusters,
+            inputs.replicas,
+            Options {
+                fill,
+                explain: true,
+            },
+        );
+        if let Ok(explained) = explained {
+            let reasons: Vec<String> = explained
+                .explanations
+                .iter()
+                .filter(|e| !matches!(e.reason, modelplane_scheduler::Reason::NotNeeded))
+                .map(ToString::to_string)
+                .collect();
+            if !reasons.is_empty() {
+                out.events.push(warning(
+                    "FailedScheduling",
+                    format!(
+                        "{} of {} replicas not placed: {}",
+                        placed.requested as usize - total,
+                        placed.requested,
+                        reasons.join("; ")
+                    ),
+                ));
+            }
+        }
+    }
     if total > 0 && !observed_any {
         let clusters: BTreeSet<&str> = placed
             .placements

@@ -356,3 +356,37 @@ fn a_decode_port_that_is_not_a_number_is_a_condition_not_a_crash() {
         c.conditions[0].message
     );
 }
+
+#[test]
+fn a_replica_without_a_place_says_why_per_cluster_and_pool() {
+    let md = deployments(&MD.replace(
+        "device.driver == 'gpu.nvidia.com'",
+        "device.driver == 'tpu.google.com'",
+    ))
+    .0
+    .remove(0);
+    let (clusters, _) = views(Stack::Standard);
+    let c = compose_model_deployment(DeploymentInputs {
+        deployment: &md,
+        cache: CacheLookup::NotReferenced,
+        clusters: Some(&clusters),
+        replicas: &[],
+        ready: &BTreeSet::new(),
+    });
+    let failed = c
+        .events
+        .iter()
+        .find(|e| e.reason == "FailedScheduling")
+        .expect("a FailedScheduling event");
+    assert!(
+        failed.message.starts_with("2 of 2 replicas not placed: "),
+        "{}",
+        failed.message
+    );
+    assert!(
+        failed.message.contains("matches no device; closest ")
+            && failed.message.contains("tpu.google.com"),
+        "the closest device and the failing selector: {}",
+        failed.message
+    );
+}

@@ -98,6 +98,116 @@ pub enum Reason {
     NotNeeded,
 }
 
+impl std::fmt::Display for DeviceMiss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeviceMiss::Count {
+                available,
+                requested,
+            } => write!(f, "only {available} free of the {requested} requested"),
+            DeviceMiss::SelectorFalse {
+                selector,
+                expression,
+            } => write!(f, "selector {selector} is false: {}", one_line(expression)),
+            DeviceMiss::SelectorError {
+                selector,
+                expression,
+                error,
+            } => write!(
+                f,
+                "selector {selector} fails ({error}): {}",
+                one_line(expression)
+            ),
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A reason in words: what `modelplane schedule --explain` prints and a
+/// deployment's FailedScheduling event says.
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::SelectorMismatch { label, want, have } => match have {
+                Some(have) => write!(
+                    f,
+                    "cluster selector wants {label}={want}, cluster has {label}={have}"
+                ),
+                None => write!(
+                    f,
+                    "cluster selector wants {label}={want}, cluster has no {label} label"
+                ),
+            },
+            Reason::Taint { key, value, effect } => {
+                if value.is_empty() {
+                    write!(f, "untolerated taint {key}:{effect:?}")
+                } else {
+                    write!(f, "untolerated taint {key}={value}:{effect:?}")
+                }
+            }
+            Reason::NotReady => f.write_str("cluster is not Ready"),
+            Reason::NoGateway => f.write_str("cluster has no gateway address yet"),
+            Reason::NoPools => f.write_str("cluster publishes no GPU pools"),
+            Reason::NoClaimableDevice => {
+                f.write_str("only Synthetic devices match: no DRA device to claim")
+            }
+            Reason::DeviceUnmatched {
+                member,
+                role,
+                request,
+                closest,
+            } => {
+                write!(
+                    f,
+                    "member {member} ({role:?}) request {request} matches no device"
+                )?;
+                match closest {
+                    Some(c) => write!(f, "; closest {}: {}", c.device, c.why),
+                    None => Ok(()),
+                }
+            }
+            Reason::ClaimStranded { member, role } => write!(
+                f,
+                "member {member} ({role:?}) would get only Synthetic devices here though it claims DRA devices elsewhere"
+            ),
+            Reason::InsufficientNodes {
+                needed,
+                free,
+                used_by,
+            } => {
+                write!(f, "not enough free nodes: needed {needed}, free {free}")?;
+                if !used_by.is_empty() {
+                    let users: Vec<String> = used_by
+                        .iter()
+                        .map(|u| format!("{} ({})", u.deployment, u.nodes))
+                        .collect();
+                    write!(f, "; used by {}", users.join(", "))?;
+                }
+                Ok(())
+            }
+            Reason::NotNeeded => f.write_str("fits, but every requested replica is placed"),
+        }
+    }
+}
+
+/// Where an explanation applies and why, in words: `cluster[/pool]
+/// [engine]: reason`.
+impl std::fmt::Display for Explanation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.cluster)?;
+        if let Some(pool) = &self.pool {
+            write!(f, "/{pool}")?;
+        }
+        if let Some(engine) = &self.engine {
+            write!(f, " ({engine})")?;
+        }
+        write!(f, ": {}", self.reason)
+    }
+}
+
 /// The closest device to a request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ClosestDevice {
