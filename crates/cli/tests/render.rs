@@ -29,7 +29,8 @@ fn render_prints_every_object_of_the_examples_grouped_by_target() {
             "# cluster us-east (EKS, Standard): recipe eks-any-ubuntu, 9 Helm releases\n\
              # cluster us-west (EKS, Dynamo): recipe eks-h200-ubuntu, 12 Helm releases\n\
              # cache ml-team/qwen3-coder: staged on us-east, us-west\n\
-             # ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-west (Dynamo)\n"
+             # ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-east (Standard)\n\
+             # ml-team/qwen3-coder: 1 of 1 replicas placed on us-west (Dynamo)\n"
         ),
         "{text}"
     );
@@ -104,10 +105,12 @@ fn json_output_groups_objects_by_target() {
             .expect("cache PVC");
         assert_eq!(pvc["spec"]["storageClassName"], "modelplane-rwx-efs");
     }
+    // The small model on the Standard cluster (one node: a Deployment), the
+    // large one on the Dynamo cluster (a Grove PodCliqueSet).
     assert!(
         v["clusters"]["us-east"]
             .as_array()
-            .is_some_and(|a| a.iter().any(|o| o["kind"] == "LeaderWorkerSet"))
+            .is_some_and(|a| a.iter().any(|o| o["kind"] == "Deployment"))
     );
     assert!(
         v["clusters"]["us-west"]
