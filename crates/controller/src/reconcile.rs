@@ -244,6 +244,18 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     for desired in &plan.composition.desired {
         let reference = ObjectRef::of(&desired.object);
         let key = (desired.target.clone(), reference.clone());
+        if let Some(connection) = shared.connection(&desired.target)
+            && let Some(why) = connection.unreachable()
+        {
+            // Nothing is written to, or decided about, a cluster that does
+            // not answer: its status says so and everything on it stays.
+            let message = format!("{} does not answer: {why}", connection.name);
+            if !failures.contains(&message) {
+                failures.push(message);
+                reasons.push("unreachable");
+            }
+            continue;
+        }
         if plan.unchanged.contains(&key) {
             continue;
         }
@@ -347,10 +359,12 @@ async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) 
         // Not everything composed can be seen yet: the last published
         // readiness stands.
         (None, false) if !plan.fields_first => return,
-        (None, false) => crate::status::with_fields(&plan.composition, &plan.observed_status),
+        (None, false) => {
+            crate::status::with_fields(&plan.composition, &plan.observed_status, &now())
+        }
         (Some(error), false) => {
             let observed = if plan.fields_first {
-                crate::status::with_fields(&plan.composition, &plan.observed_status)
+                crate::status::with_fields(&plan.composition, &plan.observed_status, &now())
             } else {
                 plan.observed_status.clone()
             };

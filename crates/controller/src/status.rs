@@ -87,12 +87,12 @@ pub fn with_synced_error(observed: &Value, message: &str, now: &str) -> Value {
     Value::Object(status)
 }
 
-/// `observed` with the composition's own status fields (not its
-/// conditions) set: what a cloud cluster publishes while its cluster cannot
-/// be seen yet — how to reach that cluster comes from the control plane's
-/// managed resources alone, and nothing can be seen there until it is
-/// published.
-pub fn with_fields(composition: &Composition, observed: &Value) -> Value {
+/// `observed` with the composition's own status fields and conditions set,
+/// its `Ready` and `Synced` kept: what a cloud cluster publishes while its
+/// cluster cannot be seen yet — how to reach that cluster comes from the
+/// control plane's managed resources alone, and nothing can be seen there
+/// until it is published.
+pub fn with_fields(composition: &Composition, observed: &Value, now: &str) -> Value {
     let mut status = match observed {
         Value::Object(fields) => fields.clone(),
         _ => Map::new(),
@@ -104,6 +104,33 @@ pub fn with_fields(composition: &Composition, observed: &Value) -> Value {
             }
         }
     }
+    let before = observed["conditions"].as_array();
+    let mut conditions: Vec<Value> = Vec::new();
+    for c in &composition.conditions {
+        let mut condition = json!({ "type": c.type_, "status": c.status, "reason": c.reason });
+        if !c.message.is_empty() {
+            condition["message"] = json!(c.message);
+        }
+        let kept = before
+            .into_iter()
+            .flatten()
+            .find(|old| old["type"] == condition["type"] && old["status"] == condition["status"]);
+        condition["lastTransitionTime"] = kept
+            .and_then(|old| old.get("lastTransitionTime").cloned())
+            .unwrap_or_else(|| json!(now));
+        conditions.push(condition);
+    }
+    // In the order `publish` writes them.
+    for type_ in ["Synced", "Ready"] {
+        conditions.extend(
+            before
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == type_)
+                .cloned(),
+        );
+    }
+    status.insert("conditions".into(), Value::Array(conditions));
     Value::Object(status)
 }
 
@@ -196,10 +223,20 @@ mod tests {
         let before = publish(&composition(false), false, None, &Value::Null, "t1", None);
         let mut reached = composition(false);
         reached.status = Some(json!({ "secrets": [{ "type": "Kubeconfig" }] }));
-        let after = with_fields(&reached, &before);
+        let after = with_fields(&reached, &before, "t2");
         assert_eq!(after["secrets"][0]["type"], "Kubeconfig");
         assert_eq!(after["replicas"], 1, "fields it no longer sets stay");
-        assert_eq!(after["conditions"], before["conditions"]);
+        assert_eq!(after["conditions"], before["conditions"], "nothing changed");
+        // A condition the composition no longer states goes; Ready stays.
+        let composed = Composition::default();
+        let later = with_fields(&composed, &after, "t3");
+        let types: Vec<&str> = later["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(types, ["Synced", "Ready"]);
     }
 
     #[test]

@@ -88,6 +88,8 @@ pub struct Connection {
     kinds: RwLock<HashMap<(String, String), Resolved>>,
     /// Writes pass only while this process leads.
     gate: Arc<WriteGate>,
+    /// Why its API server does not answer, while it does not.
+    unreachable: std::sync::Mutex<Option<String>>,
 }
 
 impl Connection {
@@ -98,7 +100,24 @@ impl Connection {
             client,
             kinds: RwLock::default(),
             gate: WriteGate::open(),
+            unreachable: std::sync::Mutex::default(),
         }
+    }
+
+    /// Why its API server does not answer, if it does not (as its watches
+    /// last found).
+    pub fn unreachable(&self) -> Option<String> {
+        self.unreachable.lock().ok()?.clone()
+    }
+
+    /// Records whether its API server answers; true when that changed.
+    pub fn set_unreachable(&self, why: Option<String>) -> bool {
+        let Ok(mut state) = self.unreachable.lock() else {
+            return false;
+        };
+        let changed = state.is_some() != why.is_some();
+        *state = why;
+        changed
     }
 
     /// The same, writing only while `gate` is open.

@@ -16,6 +16,9 @@ use crate::Shared;
 use crate::index::Kind;
 use crate::target::{Connection, TargetError};
 
+/// How often a target that stopped answering is asked again.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+
 /// How often a kind that is not served is looked up again.
 const NOT_SERVED_RETRY: Duration = Duration::from_secs(5);
 
@@ -58,6 +61,50 @@ fn replaced(shared: &Shared, watched: &Watched, connection: &Arc<Connection>) ->
             .connection(target)
             .is_some_and(|current| Arc::ptr_eq(&current, connection)),
         _ => false,
+    }
+}
+
+/// Why the API server could not be reached, when `error` says it could not
+/// (an answer, even an error, means it is reachable).
+fn transport_failure(error: &watcher::Error) -> Option<String> {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => {
+            (!matches!(e, kube::Error::Api(_))).then(|| e.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Asks `connection`'s API server every few seconds until it answers, then
+/// marks it reachable and reconciles everything again.
+async fn probe(shared: Arc<Shared>, watched: Watched, connection: Arc<Connection>) {
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        if replaced(&shared, &watched, &connection) || connection.unreachable().is_none() {
+            return;
+        }
+        if connection.client().apiserver_version().await.is_ok() {
+            if connection.set_unreachable(None) {
+                tracing::info!(target = %connection.name, "answers again");
+                requeue_all(&shared);
+            }
+            return;
+        }
+    }
+}
+
+/// Everything again: what a target's reachability changes is in the
+/// subjects' status.
+fn requeue_all(shared: &Shared) {
+    let subjects = shared
+        .index
+        .read()
+        .map(|index| index.subjects())
+        .unwrap_or_default();
+    for subject in subjects {
+        shared.queue.add(crate::Work::Reconcile(subject));
     }
 }
 
@@ -104,9 +151,25 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             Err(_) if replaced(&shared, &watched, &connection) => return,
             Err(e) => {
                 tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
+                if let Some(why) = transport_failure(&e)
+                    && connection.set_unreachable(Some(why))
+                {
+                    tracing::warn!(target = %connection.name, "does not answer; holding everything on it");
+                    requeue_all(&shared);
+                    // A watch that resumes yields nothing until something
+                    // changes: whether it answers again is asked directly.
+                    shared.supervisor.spawn(
+                        "reachability probe",
+                        probe(shared.clone(), watched.clone(), connection.clone()),
+                    );
+                }
                 continue;
             }
         };
+        if connection.set_unreachable(None) {
+            tracing::info!(target = %connection.name, "answers again");
+            requeue_all(&shared);
+        }
         let clusters = match (&event, &watched) {
             (
                 watcher::Event::Apply(o) | watcher::Event::Delete(o),

@@ -215,8 +215,12 @@ fn group_label(object: &Value) -> Option<&str> {
 /// What an object's step does besides its status.
 #[derive(Debug)]
 enum Effect {
-    /// The workload cluster `name` exists.
-    Cluster { name: String },
+    /// The workload cluster `name` exists (and, when its resource writes
+    /// one, its connection Secret `(namespace, name)` with its kubeconfig).
+    Cluster {
+        name: String,
+        connection: Option<(String, String)>,
+    },
     /// The workload cluster `name` is deleted.
     ClusterGone { name: String },
     /// The nodes of a pool exist in cluster `cluster`.
@@ -578,8 +582,14 @@ impl Fleet {
     ) -> Option<Effect> {
         match role {
             Role::Cluster => {
+                // A cluster resource may write its own kubeconfig (GKE's
+                // does; EKS's comes from ClusterAuth).
+                let connection = object["spec"]["writeConnectionSecretToRef"]["name"]
+                    .as_str()
+                    .map(|secret| (key.1.clone(), secret.to_string()));
                 return Some(Effect::Cluster {
                     name: group.to_string(),
+                    connection,
                 });
             }
             Role::Pool => {
@@ -788,11 +798,18 @@ impl Fleet {
     async fn apply_effect(&self, effect: Effect) -> Result<(), String> {
         let control = &self.config.control;
         match effect {
-            Effect::Cluster { name } => self
-                .workloads
-                .create(control, &self.config.kubeconfig, &name)
-                .await
-                .map(drop),
+            Effect::Cluster { name, connection } => {
+                self.workloads
+                    .create(control, &self.config.kubeconfig, &name)
+                    .await?;
+                match connection {
+                    Some((namespace, secret)) => {
+                        self.write_connection(&namespace, &secret, Some(name), "Cluster")
+                            .await
+                    }
+                    None => Ok(()),
+                }
+            }
             Effect::ClusterGone { name } => self.workloads.delete(control, &name).await,
             Effect::Pool {
                 cluster,
@@ -818,24 +835,8 @@ impl Fleet {
                 cluster,
                 kind,
             } => {
-                let data = match cluster {
-                    Some(cluster) => {
-                        let workload = self
-                            .workloads
-                            .by_name(&cluster)
-                            .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
-                        json!({ "kubeconfig": workload.kubeconfig, "endpoint": workload.server })
-                    }
-                    None => json!({ "private_key": format!("simulated {kind} key") }),
-                };
-                let secret = json!({
-                    "apiVersion": "v1", "kind": "Secret", "type": "connection.crossplane.io/v1alpha1",
-                    "metadata": { "name": name, "namespace": namespace },
-                    "stringData": data,
-                });
-                client::apply(control, &builtin::secret(), &secret, MANAGER)
+                self.write_connection(&namespace, &name, cluster, &kind)
                     .await
-                    .map_err(|e| e.to_string())
             }
             Effect::Release {
                 kubeconfig,
@@ -846,6 +847,35 @@ impl Fleet {
                 workload.install(chart, &namespace).await
             }
         }
+    }
+
+    /// Writes a resource's connection Secret: a cluster's kubeconfig (as
+    /// reached through its network path) and endpoint, or a key.
+    async fn write_connection(
+        &self,
+        namespace: &str,
+        name: &str,
+        cluster: Option<String>,
+        kind: &str,
+    ) -> Result<(), String> {
+        let data = match cluster {
+            Some(cluster) => {
+                let workload = self
+                    .workloads
+                    .by_name(&cluster)
+                    .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
+                json!({ "kubeconfig": workload.kubeconfig, "endpoint": workload.server })
+            }
+            None => json!({ "private_key": format!("simulated {kind} key") }),
+        };
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "connection.crossplane.io/v1alpha1",
+            "metadata": { "name": name, "namespace": namespace },
+            "stringData": data,
+        });
+        client::apply(&self.config.control, &builtin::secret(), &secret, MANAGER)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 

@@ -55,8 +55,8 @@ pub struct UpArgs {
     /// `realistic` (the real systems' minutes).
     #[arg(long, value_name = "PROFILE", default_value = "fast")]
     profile: String,
-    /// Multiplies every simulated duration (0.5 runs twice as fast).
-    #[arg(long, value_name = "F", default_value_t = 1.0)]
+    /// Divides every simulated duration by this (2 runs twice as fast).
+    #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
     time_scale: f64,
     /// Where the API server listens; port 0 picks a free one.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6443")]

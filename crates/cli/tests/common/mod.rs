@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod up;
+
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

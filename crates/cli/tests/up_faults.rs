@@ -1,0 +1,335 @@
+//! `modelplane up --example` under what goes wrong, seen as a user sees it:
+//! a deployment no pool fits says why per cluster and pool and is placed
+//! once fixed; a workload cluster whose API stops answering deletes
+//! nothing, its replicas say why and keep serving, and the fleet converges
+//! without restarting a serving pod; an engine killed mid-stream ends the
+//! stream at once, restarts, and serves again; the GKE providers run only
+//! while a GKE cluster exists.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::up::{Up, free_port, up};
+use common::wait_for;
+use serde_json::Value;
+
+fn json(up: &Up, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&up.kubectl(&all)).expect("kubectl prints JSON")
+}
+
+fn items(value: &Value) -> Vec<Value> {
+    value["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// `name → uid` of what `args` lists.
+fn uids(list: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = items(list)
+        .iter()
+        .map(|o| {
+            (
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                o["metadata"]["uid"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+const UNPLACEABLE: &str = r#"
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelDeployment
+metadata:
+  name: qwen3-big
+  namespace: ml-team
+spec:
+  replicas: 1
+  template:
+    spec:
+      engines:
+      - name: big
+        members:
+        - role: Standalone
+          nodeSelector:
+            devices:
+            - name: gpu
+              selectors:
+              - cel: device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("MEMORY")) >= 0
+          template:
+            spec:
+              containers:
+              - name: engine
+                image: vllm/vllm-openai:v0.23.0
+                args: ["--model=Qwen/Qwen3-32B", "--served-model-name=qwen3-big"]
+"#;
+
+fn why_not_placed_then_placed(up: &Up) {
+    up.apply(&UNPLACEABLE.replace("MEMORY", "200Gi"));
+    let described = wait_for(
+        "kubectl describe to say why",
+        Duration::from_secs(60),
+        || {
+            let text = up.kubectl(&["describe", "md", "qwen3-big", "-n", "ml-team"]);
+            text.contains("FailedScheduling").then_some(text)
+        },
+    );
+    for (place, why) in [
+        ("us-east/l4", "matches no device; closest"),
+        ("us-east/h200", "matches no device; closest"),
+        ("us-west/h200", "matches no device; closest"),
+    ] {
+        assert!(
+            described.contains(place) && described.contains(why),
+            "describe names {place}: {described}"
+        );
+    }
+    assert!(
+        described.contains("200Gi"),
+        "the failing selector: {described}"
+    );
+    up.apply(&UNPLACEABLE.replace("MEMORY", "100Gi"));
+    wait_for(
+        "the fixed deployment placed",
+        Duration::from_secs(60),
+        || {
+            let replicas = up.kubectl(&["get", "mr", "-n", "ml-team"]);
+            replicas.contains("qwen3-big-").then_some(())
+        },
+    );
+    up.kubectl(&["delete", "md", "qwen3-big", "-n", "ml-team"]);
+    wait_for("its replica gone", Duration::from_secs(60), || {
+        let replicas = up.kubectl(&["get", "mr", "-n", "ml-team"]);
+        (!replicas.contains("qwen3-big-")).then_some(())
+    });
+}
+
+fn an_unreachable_cluster_deletes_nothing(up: &Up) {
+    let replicas_before = uids(&json(up, &["get", "mr", "-n", "ml-team"]));
+    let pods = |up: &Up| -> Value {
+        serde_json::from_str(
+            &up.kubectl_on("us-east", &["get", "pods", "-n", "ml-team", "-o", "json"]),
+        )
+        .expect("pods")
+    };
+    let pods_before = uids(&pods(up));
+    up.sim(&["fault", "unreachable", "--cluster", "us-east"]);
+    let message = wait_for("the replicas to say why", Duration::from_secs(90), || {
+        let list = json(
+            up,
+            &[
+                "get",
+                "mr",
+                "-n",
+                "ml-team",
+                "-l",
+                "modelplane.ai/cluster=us-east",
+            ],
+        );
+        let all = items(&list);
+        let messages: Vec<String> = all
+            .iter()
+            .filter_map(|r| condition(r, "Synced"))
+            .filter(|c| c["status"] == "False")
+            .filter_map(|c| c["message"].as_str().map(str::to_string))
+            .filter(|m| m.contains("does not answer"))
+            .collect();
+        (!all.is_empty() && messages.len() == all.len()).then(|| messages[0].clone())
+    });
+    assert!(message.contains("cluster us-east"), "{message}");
+    // Serving goes on: the cluster's data plane is not its API.
+    for _ in 0..5 {
+        up.streams("/ml-team/qwen3-8b/v1/chat/completions", "qwen3-8b");
+    }
+    assert_eq!(
+        uids(&json(up, &["get", "mr", "-n", "ml-team"])),
+        replicas_before
+    );
+    up.sim(&["heal", "unreachable-us-east"]);
+    wait_for("the replicas synced again", Duration::from_secs(90), || {
+        let list = json(
+            up,
+            &[
+                "get",
+                "mr",
+                "-n",
+                "ml-team",
+                "-l",
+                "modelplane.ai/cluster=us-east",
+            ],
+        );
+        items(&list)
+            .iter()
+            .all(|r| condition(r, "Synced").is_some_and(|c| c["status"] == "True"))
+            .then_some(())
+    });
+    assert_eq!(
+        uids(&json(up, &["get", "mr", "-n", "ml-team"])),
+        replicas_before
+    );
+    let after = pods(up);
+    assert_eq!(uids(&after), pods_before, "no serving pod replaced");
+    for pod in items(&after) {
+        assert_eq!(
+            pod["status"]["containerStatuses"][0]["restartCount"], 0,
+            "no serving pod restarted: {}",
+            pod["metadata"]["name"]
+        );
+    }
+}
+
+fn a_killed_engine_ends_its_stream_and_serves_again(up: &Up) {
+    let gateway = up.gateway.clone();
+    let started = Instant::now();
+    let stream = std::thread::spawn(move || {
+        let body = r#"{"model":"qwen3-coder","stream":true,"max_tokens":4000,"messages":[{"role":"user","content":"A long answer"}]}"#;
+        let out = Command::new("curl")
+            .args([
+                "-sN",
+                "--max-time",
+                "60",
+                "-H",
+                "content-type: application/json",
+                "-d",
+                body,
+            ])
+            .arg(format!(
+                "http://{gateway}/ml-team/qwen3-coder/v1/chat/completions"
+            ))
+            .output()
+            .expect("curl runs");
+        (
+            Instant::now(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+        )
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let pods = up.kubectl_on("us-west", &["get", "pods", "-n", "ml-team", "-o", "name"]);
+    let leader = pods
+        .lines()
+        .find(|p| p.contains("qwen3-coder") && p.contains("leader"))
+        .unwrap_or_else(|| panic!("the coder's leader pod: {pods}"))
+        .trim_start_matches("pod/")
+        .to_string();
+    let killed_at = Instant::now();
+    up.sim(&[
+        "fault",
+        "kill-engine",
+        "--cluster",
+        "us-west",
+        "--pod",
+        &format!("ml-team/{leader}"),
+    ]);
+    let (ended, text) = stream.join().expect("the stream thread");
+    assert!(
+        text.contains("chat.completion.chunk"),
+        "it streamed first: {text}"
+    );
+    assert!(
+        !text.contains("data: [DONE]"),
+        "the stream did not complete: {text}"
+    );
+    assert!(
+        ended.duration_since(killed_at) < Duration::from_secs(10),
+        "the client learns at once (ended {:?} after the kill, {:?} after it began)",
+        ended.duration_since(killed_at),
+        ended.duration_since(started)
+    );
+    wait_for("the coder to serve again", Duration::from_secs(240), || {
+        let text = up.stream("/ml-team/qwen3-coder/v1/chat/completions", "qwen3-coder");
+        text.contains("data: [DONE]").then_some(())
+    });
+    let restarts = up.kubectl_on(
+        "us-west",
+        &[
+            "get",
+            "pod",
+            "-n",
+            "ml-team",
+            &leader,
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount}",
+        ],
+    );
+    assert_ne!(restarts.trim(), "0", "the engine restarted in its pod");
+}
+
+fn replicas_of(up: &Up, runtime: &str) -> Option<i64> {
+    let value: Value = serde_json::from_str(&up.try_kubectl(&[
+        "get",
+        "deploymentruntimeconfigs.pkg.crossplane.io",
+        runtime,
+        "-o",
+        "json",
+    ])?)
+    .ok()?;
+    value["spec"]["deploymentTemplate"]["spec"]["replicas"].as_i64()
+}
+
+fn gke_providers_run_only_while_a_gke_cluster_exists(up: &Up) {
+    assert_eq!(
+        replicas_of(up, "provider-gcp-container"),
+        Some(0),
+        "an EKS-only fleet never runs the GCP providers"
+    );
+    let upstream = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/upstream-manifests/examples/llama-3.1-8b"
+    );
+    for file in ["inference-class-gke.yaml", "inference-cluster-gke.yaml"] {
+        let text =
+            std::fs::read_to_string(format!("{upstream}/{file}")).expect("upstream manifest");
+        up.apply(&text);
+    }
+    wait_for("the GCP providers to run", Duration::from_secs(60), || {
+        (replicas_of(up, "provider-gcp-container") == Some(1)).then_some(())
+    });
+    wait_for(
+        "the GKE cluster to provision",
+        Duration::from_secs(180),
+        || {
+            let cluster = json(up, &["get", "ic", "gke-l4-single"]);
+            condition(&cluster, "Ready")
+                .is_some_and(|c| c["status"] == "True")
+                .then_some(())
+        },
+    );
+    up.kubectl(&["delete", "ic", "gke-l4-single"]);
+    wait_for(
+        "the GCP providers to idle",
+        Duration::from_secs(180),
+        || (replicas_of(up, "provider-gcp-container") == Some(0)).then_some(()),
+    );
+    assert_eq!(
+        replicas_of(up, "provider-aws-eks"),
+        Some(1),
+        "the EKS clusters keep theirs"
+    );
+}
+
+#[test]
+fn up_holds_through_faults_and_explains_what_it_cannot_place() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let up = up(dir.path(), free_port(), true);
+    up.wait_printed("every replica is ready", Duration::from_secs(300));
+    why_not_placed_then_placed(&up);
+    an_unreachable_cluster_deletes_nothing(&up);
+    a_killed_engine_ends_its_stream_and_serves_again(&up);
+    gke_providers_run_only_while_a_gke_cluster_exists(&up);
+}
