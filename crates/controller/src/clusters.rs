@@ -188,19 +188,14 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
     shared.forget_watches(&target);
     shared.watch_target(&target);
     tracing::info!(cluster = name, secret = %secret_path, "connected");
-    let replicas: Vec<Subject> = shared
+    // Whatever waited for this cluster (its replicas, its stack, its cloud
+    // cluster's objects on it) goes now rather than at its next retry.
+    let subjects: Vec<Subject> = shared
         .index
         .read()
-        .map(|i| {
-            i.world
-                .replicas
-                .iter()
-                .filter(|(_, r)| r.spec.cluster_name == name)
-                .map(|(k, _)| Subject::Replica(k.clone()))
-                .collect()
-        })
+        .map(|i| i.subjects())
         .unwrap_or_default();
-    for subject in replicas {
+    for subject in subjects {
         shared.queue.add(crate::Work::Reconcile(subject));
     }
     Ok(())

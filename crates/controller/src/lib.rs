@@ -219,6 +219,12 @@ impl Shared {
         for (api_version, kind) in kinds {
             self.ensure_watch(target, api_version, kind);
         }
+        if let Some(connection) = self.connection(target) {
+            self.supervisor.spawn(
+                "crd watch",
+                watch::run(self.clone(), connection, Watched::Crds(target.clone())),
+            );
+        }
     }
 }
 

@@ -90,6 +90,9 @@ pub struct Connection {
     gate: Arc<WriteGate>,
     /// Why its API server does not answer, while it does not.
     unreachable: std::sync::Mutex<Option<String>>,
+    /// Woken when its CustomResourceDefinitions change: a kind that was
+    /// not served may be now.
+    pub kinds_changed: tokio::sync::Notify,
 }
 
 impl Connection {
@@ -101,6 +104,7 @@ impl Connection {
             kinds: RwLock::default(),
             gate: WriteGate::open(),
             unreachable: std::sync::Mutex::default(),
+            kinds_changed: tokio::sync::Notify::new(),
         }
     }
 

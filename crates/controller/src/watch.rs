@@ -34,6 +34,9 @@ pub enum Watched {
     /// The Secrets of the system namespace, where clusters' kubeconfigs are:
     /// a changed one reconnects its cluster.
     Kubeconfigs,
+    /// A target's CustomResourceDefinitions: one installed (a chart's, on a
+    /// workload cluster) makes its kind served without waiting for a retry.
+    Crds(Target),
 }
 
 impl Watched {
@@ -45,6 +48,10 @@ impl Watched {
             }
             Watched::Owned(_, a, k) | Watched::Config(a, k) => (a.clone(), k.clone()),
             Watched::Kubeconfigs => ("v1".into(), "Secret".into()),
+            Watched::Crds(_) => (
+                "apiextensions.k8s.io/v1".into(),
+                "CustomResourceDefinition".into(),
+            ),
         }
     }
 }
@@ -57,7 +64,7 @@ fn value(object: DynamicObject) -> Value {
 /// changed): such a watch ends, the new connection runs its own.
 fn replaced(shared: &Shared, watched: &Watched, connection: &Arc<Connection>) -> bool {
     match watched {
-        Watched::Owned(target, ..) => !shared
+        Watched::Owned(target, ..) | Watched::Crds(target) => !shared
             .connection(target)
             .is_some_and(|current| Arc::ptr_eq(&current, connection)),
         _ => false,
@@ -121,7 +128,10 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 // Normal until its CRD is installed; the lists that depend
                 // on it stay unsynced, so nothing is pruned meanwhile.
                 connection.forget_kinds();
-                tokio::time::sleep(NOT_SERVED_RETRY).await;
+                tokio::select! {
+                    () = tokio::time::sleep(NOT_SERVED_RETRY) => {}
+                    () = connection.kinds_changed.notified() => {}
+                }
             }
             Err(e) => {
                 tracing::warn!(error = %e, "discovery failed; retrying");
@@ -138,7 +148,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
         _ => Api::all_with(connection.client().clone(), &resource),
     };
     let config = match &watched {
-        Watched::Control(_) | Watched::Config(..) | Watched::Kubeconfigs => {
+        Watched::Control(_) | Watched::Config(..) | Watched::Kubeconfigs | Watched::Crds(_) => {
             watcher::Config::default()
         }
         Watched::Owned(..) => watcher::Config::default().labels(labels::OWNER_UID),
@@ -188,6 +198,17 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             }
             _ => Vec::new(),
         };
+        if let Watched::Crds(_) = &watched {
+            if replaced(&shared, &watched, &connection) {
+                return;
+            }
+            if matches!(event, watcher::Event::Apply(_) | watcher::Event::Delete(_)) {
+                connection.forget_kinds();
+                connection.kinds_changed.notify_waiters();
+                requeue_all(&shared);
+            }
+            continue;
+        }
         if matches!(watched, Watched::Kubeconfigs) {
             for cluster in clusters {
                 shared.queue.add(crate::Work::Connect(cluster));
@@ -238,7 +259,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 (watcher::Event::Apply(o), Watched::Config(..)) => index.apply_config(value(o)),
                 (watcher::Event::Delete(o), Watched::Config(..)) => index.delete_config(&value(o)),
                 // Handled before the index is locked.
-                (_, Watched::Kubeconfigs) => Vec::new(),
+                (_, Watched::Kubeconfigs | Watched::Crds(_)) => Vec::new(),
                 (watcher::Event::Apply(o), Watched::Control(k)) => index.apply(*k, &value(o)),
                 (watcher::Event::Apply(o), Watched::Owned(t, ..)) => index.apply_owned(t, value(o)),
                 (watcher::Event::Delete(o), Watched::Control(k)) => index.delete(*k, &value(o)),

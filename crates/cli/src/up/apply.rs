@@ -76,7 +76,7 @@ pub async fn manifests(client: &kube::Client, files: &[(&str, &str)]) -> anyhow:
             object["metadata"]["annotations"][LAST_APPLIED] = Value::String(last_applied);
             let (api, name) = api_for(client, &object)
                 .await
-                .with_context(|| format!("{file}"))?;
+                .with_context(|| file.to_string())?;
             api.patch(
                 &name,
                 &PatchParams::apply(MANAGER).force(),
