@@ -118,22 +118,59 @@ fn platform_ready(server: &Server) {
     );
 }
 
+/// `text` without its cluster selectors (a `clusterSelector:` line and
+/// the two below it).
+fn without_cluster_selector(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut skip = 0;
+    for line in text.lines() {
+        if line.trim_start() == "clusterSelector:" {
+            skip = 3;
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n") + "\n"
+}
+
+/// The example fleet with its deployments unpinned (placed by the
+/// scheduler alone, as this test's placements expect), in `dir`.
+fn unpinned_examples(dir: &std::path::Path) -> String {
+    let fleet = dir.join("examples");
+    std::fs::create_dir_all(&fleet).expect("examples dir");
+    for entry in std::fs::read_dir(EXAMPLES).expect("examples") {
+        let path = entry.expect("entry").path();
+        let text = std::fs::read_to_string(&path).expect("read example");
+        std::fs::write(
+            fleet.join(path.file_name().expect("name")),
+            without_cluster_selector(&text),
+        )
+        .expect("write example");
+    }
+    fleet.display().to_string()
+}
+
 /// The example fleet, rendered and applied, with the simulator running;
 /// returns what render printed once every Helm release is installed.
 fn example_fleet(server: &Server) -> Value {
+    let examples = unpinned_examples(&server.dir);
+    let examples = examples.as_str();
     server.apply(None, &modelplane(&["crds"]));
     server.apply(
         None,
-        &modelplane(&["providers", "-f", EXAMPLES, "-o", "yaml"]),
+        &modelplane(&["providers", "-f", examples, "-o", "yaml"]),
     );
     server.apply(
         None,
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: modelplane-system\n",
     );
-    let (ok, out, err) = server.kubectl_in(None, &["apply", "-f", EXAMPLES], None);
+    let (ok, out, err) = server.kubectl_in(None, &["apply", "-f", examples], None);
     assert!(ok, "{out}{err}");
     let rendered: Value =
-        serde_json::from_str(&modelplane(&["render", "-f", EXAMPLES, "-o", "json"])).expect("json");
+        serde_json::from_str(&modelplane(&["render", "-f", examples, "-o", "json"])).expect("json");
     let control: Vec<Value> = rendered["controlPlane"]
         .as_array()
         .expect("control plane objects")
@@ -278,7 +315,7 @@ fn coder_fleet(dir: &std::path::Path) -> std::path::PathBuf {
     let coder = std::fs::read_to_string(format!("{EXAMPLES}/qwen3-coder.yaml")).expect("coder");
     std::fs::write(
         fleet.join("qwen3-coder.yaml"),
-        coder.replacen("  replicas: 1\n", "  replicas: 2\n", 1),
+        without_cluster_selector(&coder.replacen("  replicas: 1\n", "  replicas: 2\n", 1)),
     )
     .expect("write");
     let cluster = |name: &str, stack: &str, region: &str| {

@@ -323,6 +323,90 @@ fn gke_providers_run_only_while_a_gke_cluster_exists(up: &Up) {
     );
 }
 
+/// Requests sent one after another until stopped: (sent, failed bodies).
+fn steady_load(
+    gateway: String,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(usize, Vec<String>)> {
+    std::thread::spawn(move || {
+        let body =
+            r#"{"model":"qwen3-8b","max_tokens":20,"messages":[{"role":"user","content":"Hi"}]}"#;
+        let (mut sent, mut failed) = (0, Vec::new());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let out = Command::new("curl")
+                .args([
+                    "-s",
+                    "--max-time",
+                    "30",
+                    "-H",
+                    "content-type: application/json",
+                    "-d",
+                    body,
+                ])
+                .arg(format!(
+                    "http://{gateway}/ml-team/qwen3-8b/v1/chat/completions"
+                ))
+                .output()
+                .expect("curl runs");
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            sent += 1;
+            if !text.contains("chat.completion") {
+                failed.push(text);
+            }
+        }
+        (sent, failed)
+    })
+}
+
+fn ready_replicas(up: &Up) -> i64 {
+    json(up, &["get", "md", "qwen3-8b", "-n", "ml-team"])["status"]["replicas"]["ready"]
+        .as_i64()
+        .unwrap_or(0)
+}
+
+fn scaling_under_load_fails_no_request(up: &Up) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = steady_load(up.gateway.clone(), stop.clone());
+    for (replicas, wait) in [(1, 120), (3, 180), (1, 120)] {
+        up.kubectl(&[
+            "scale",
+            "md",
+            "qwen3-8b",
+            "-n",
+            "ml-team",
+            &format!("--replicas={replicas}"),
+        ]);
+        wait_for(
+            &format!("{replicas} replicas ready and no more"),
+            Duration::from_secs(wait),
+            || {
+                let listed = up.kubectl(&[
+                    "get",
+                    "mr",
+                    "-n",
+                    "ml-team",
+                    "-l",
+                    "modelplane.ai/deployment=qwen3-8b",
+                    "-o",
+                    "name",
+                ]);
+                (ready_replicas(up) == replicas && listed.lines().count() == replicas as usize)
+                    .then_some(())
+            },
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, failed) = load.join().expect("the load thread");
+    assert!(sent > 20, "a steady load ran: {sent} requests");
+    assert!(
+        failed.is_empty(),
+        "{} of {sent} requests failed: {:?}",
+        failed.len(),
+        failed.first()
+    );
+}
+
 #[test]
 fn up_holds_through_faults_and_explains_what_it_cannot_place() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -332,4 +416,5 @@ fn up_holds_through_faults_and_explains_what_it_cannot_place() {
     an_unreachable_cluster_deletes_nothing(&up);
     a_killed_engine_ends_its_stream_and_serves_again(&up);
     gke_providers_run_only_while_a_gke_cluster_exists(&up);
+    scaling_under_load_fails_no_request(&up);
 }

@@ -288,8 +288,13 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
                 }
             }
             Err(e) => {
-                reasons.push(e.metric_label());
-                failures.push(e.to_string());
+                // One line per distinct failure: a kind not served fails
+                // every object of it alike.
+                let message = e.to_string();
+                if !failures.contains(&message) {
+                    reasons.push(e.metric_label());
+                    failures.push(message);
+                }
             }
         }
     }
