@@ -398,6 +398,10 @@ fn scaling_under_load_fails_no_request(up: &Up) {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (sent, failed) = load.join().expect("the load thread");
+    println!(
+        "scaling 1 → 3 → 1 under load: {sent} requests, {} failed",
+        failed.len()
+    );
     assert!(sent > 20, "a steady load ran: {sent} requests");
     assert!(
         failed.is_empty(),

@@ -161,15 +161,13 @@ fn engine_address(dir: &Path) -> anyhow::Result<String> {
             "pods",
             "-n",
             "ml-team",
-            "-l",
-            "modelplane.ai/deployment=qwen3-8b",
             "-o",
             "jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{\"\\n\"}{end}",
         ],
     )?;
     let ip = ips
         .lines()
-        .find(|l| !l.contains("-epp-"))
+        .find(|l| l.starts_with("qwen3-8b-") && !l.contains("-epp-"))
         .and_then(|l| l.split_whitespace().nth(1))
         .context("an engine pod's IP")?;
     Ok(format!("{ip}:8000"))
@@ -185,8 +183,8 @@ struct Run {
     all_serving: f64,
 }
 
-fn one_run(binary: &Path) -> anyhow::Result<(Run, Up, String, PathBuf)> {
-    let dir = std::env::temp_dir().join(format!("sim-bench-up-{}", std::process::id()));
+fn one_run(binary: &Path, run: u64) -> anyhow::Result<(Run, Up, String, PathBuf)> {
+    let dir = std::env::temp_dir().join(format!("sim-bench-up-{}-{run}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let gateway = format!("127.0.0.1:{}", free_port()?);
     let started = Instant::now();
@@ -229,7 +227,12 @@ fn main() -> anyhow::Result<()> {
     let mut all = Vec::new();
     let mut last = None;
     for i in 0..runs {
-        let (run, up, gateway, dir) = one_run(&binary)?;
+        // One `up` at a time: the previous run's stops first.
+        if let Some((up, _, dir)) = last.take() {
+            drop::<Up>(up);
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        let (run, up, gateway, dir) = one_run(&binary, i)?;
         println!(
             "run {i}: first token {:.1} s, every replica serving {:.1} s",
             run.first_token, run.all_serving
