@@ -248,7 +248,12 @@ pub fn plan_providers(inputs: ProvidersInputs<'_>) -> Vec<ProviderPlan> {
 /// The Providers and DeploymentRuntimeConfigs of a plan. Every package is
 /// always desired, so none is ever pruned.
 pub fn compose_providers(inputs: ProvidersInputs<'_>) -> Composition {
-    let mut out = Composition::default();
+    // A provider is never deleted (that would garbage-collect its CRDs and
+    // every managed resource), whatever a later release lists.
+    let mut out = Composition {
+        hold: true,
+        ..Composition::default()
+    };
     for plan in plan_providers(inputs) {
         out.desired.push(Desired {
             target: Target::ControlPlane,

@@ -416,7 +416,12 @@ impl World {
         Some(if observed {
             compose_serving_stack(inputs(true))
         } else {
-            first
+            // Incomplete until its provider configs are seen (a cold cache
+            // after a restart): it may not prune what the full one keeps.
+            Composition {
+                hold: true,
+                ..first
+            }
         })
     }
 
@@ -463,7 +468,13 @@ impl World {
             .filter(|d| d.kind() == "FileSystem")
             .find_map(|d| observed(d)?["status"]["atProvider"]["id"].as_str());
         if !control_plane_ready {
-            return Some(first);
+            // Incomplete until the kubeconfig's resource is seen Ready (a
+            // cold cache, or the cloud briefly reporting it not Ready): it
+            // may not prune the releases the full one keeps.
+            return Some(Composition {
+                hold: true,
+                ..first
+            });
         }
         crate::clouds::compose_cloud(xr, observations(true, file_system_id)).ok()
     }

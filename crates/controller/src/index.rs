@@ -557,6 +557,36 @@ impl Index {
             .collect()
     }
 
+    /// The subjects that may compose objects onto `target`: every one for
+    /// the control plane; for a workload cluster, its InferenceCluster, its
+    /// cloud cluster and serving stack, the replicas it hosts and the caches.
+    pub fn subjects_on(&self, target: &Target) -> Vec<Subject> {
+        let Target::Cluster(name) = target else {
+            return self.subjects();
+        };
+        let stack_of = |key: &Key| {
+            self.world
+                .applied_object(&Target::ControlPlane, "ServingStack", key)
+                .is_some_and(|o| o["metadata"]["labels"][labels::CLUSTER] == name.as_str())
+        };
+        self.uids
+            .keys()
+            .filter(|s| match s {
+                Subject::Cluster(k) => k == name,
+                Subject::Cloud(_, k) => k.rsplit('/').next() == Some(name),
+                Subject::Stack(k) => stack_of(k),
+                Subject::Replica(k) => self
+                    .world
+                    .replicas
+                    .get(k)
+                    .is_some_and(|r| r.spec.cluster_name == *name),
+                Subject::Cache(_) => true,
+                _ => false,
+            })
+            .cloned()
+            .collect()
+    }
+
     fn clouds(&self) -> Vec<Subject> {
         self.uids
             .keys()

@@ -333,6 +333,15 @@ async fn prune(
         let Some(connection) = shared.connection(target) else {
             continue;
         };
+        if let Some(why) = connection.unreachable() {
+            // What it holds may be stale: decided once it answers again.
+            let message = format!("{} does not answer: {why}", connection.name);
+            if !failures.contains(&message) {
+                failures.push(message);
+                reasons.push("unreachable");
+            }
+            continue;
+        }
         match connection.delete(reference).await {
             Ok(()) => {
                 tracing::info!(object = %reference, target = %connection.name, owner = %plan.owner, "pruned");
@@ -416,6 +425,10 @@ async fn collect_orphans(shared: &Arc<Shared>, target: &Target) -> bool {
     let Some(connection) = shared.connection(target) else {
         return false;
     };
+    if connection.unreachable().is_some() {
+        // Collected once it answers again (the probe reconciles then).
+        return true;
+    }
     let mut failed = false;
     for (reference, observed) in orphans {
         // Looked at again just before: an owner may have appeared.

@@ -95,20 +95,24 @@ async fn probe(shared: Arc<Shared>, watched: Watched, connection: Arc<Connection
         if connection.client().apiserver_version().await.is_ok() {
             if connection.set_unreachable(None) {
                 tracing::info!(target = %connection.name, "answers again");
-                requeue_all(&shared);
+                requeue_on(&shared, &watched);
             }
             return;
         }
     }
 }
 
-/// Everything again: what a target's reachability changes is in the
-/// subjects' status.
-fn requeue_all(shared: &Shared) {
+/// What composes onto the target `watched` is of, again: its reachability
+/// or its served kinds changed.
+fn requeue_on(shared: &Shared, watched: &Watched) {
+    let target = match watched {
+        Watched::Owned(target, ..) | Watched::Crds(target) => target.clone(),
+        _ => Target::ControlPlane,
+    };
     let subjects = shared
         .index
         .read()
-        .map(|index| index.subjects())
+        .map(|index| index.subjects_on(&target))
         .unwrap_or_default();
     for subject in subjects {
         shared.queue.add(crate::Work::Reconcile(subject));
@@ -165,7 +169,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                     && connection.set_unreachable(Some(why))
                 {
                     tracing::warn!(target = %connection.name, "does not answer; holding everything on it");
-                    requeue_all(&shared);
+                    requeue_on(&shared, &watched);
                     // A watch that resumes yields nothing until something
                     // changes: whether it answers again is asked directly.
                     shared.supervisor.spawn(
@@ -178,7 +182,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
         };
         if connection.set_unreachable(None) {
             tracing::info!(target = %connection.name, "answers again");
-            requeue_all(&shared);
+            requeue_on(&shared, &watched);
         }
         let clusters = match (&event, &watched) {
             (
@@ -205,7 +209,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             if matches!(event, watcher::Event::Apply(_) | watcher::Event::Delete(_)) {
                 connection.forget_kinds();
                 connection.kinds_changed.notify_waiters();
-                requeue_all(&shared);
+                requeue_on(&shared, &watched);
             }
             continue;
         }

@@ -143,7 +143,10 @@ fn log_file(dir: &Path, format: LogFormat) -> anyhow::Result<PathBuf> {
 async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
     let supervisor = Supervisor::default();
-    let kubeconfig = start_apiserver(args, &supervisor).await?;
+    // A part that stops on its own (the API server, the controllers) stops
+    // the whole process with its error, rather than leaving it half up.
+    let (fatal, mut fatal_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let kubeconfig = start_apiserver(args, &supervisor, fatal.clone(), &mut fatal_rx).await?;
     let client = crate::controller::client(Some(&kubeconfig)).await?;
     let gateway_listener = tokio::net::TcpListener::bind(args.gateway_listen)
         .await
@@ -157,7 +160,7 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
     modelplane_sim::start(raw, profile.clone(), &supervisor)
         .await
         .context("starting the simulated fleet")?;
-    start_controllers(&supervisor, &client, gateway_address);
+    start_controllers(&supervisor, &client, gateway_address, fatal);
     let gateway = start_gateway(&supervisor, &client)?;
     progress::step(
         started,
@@ -173,13 +176,26 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
     print!("{}", next_steps(&kubeconfig, gateway_address, log));
     supervisor.spawn("progress", progress::follow(client.clone(), started));
 
-    let serving = modelplane_gateway::server::serve(
-        gateway_listener,
-        gateway,
-        crate::logging::terminated(),
-        Duration::from_secs(10),
-    );
+    let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let failed = failure.clone();
+    let stop = async move {
+        tokio::select! {
+            () = crate::logging::terminated() => {}
+            Some(why) = fatal_rx.recv() => {
+                if let Ok(mut f) = failed.lock() {
+                    *f = Some(why);
+                }
+            }
+        }
+    };
+    let serving =
+        modelplane_gateway::server::serve(gateway_listener, gateway, stop, Duration::from_secs(10));
     let result = serving.await;
+    if let Some(why) = failure.lock().ok().and_then(|mut f| f.take()) {
+        println!("error: {why}; stopping");
+        supervisor.shutdown().await;
+        anyhow::bail!("{why}");
+    }
     println!("stopping: draining the gateway, then the controllers, the fleet and the API server");
     supervisor.shutdown().await;
     println!(
@@ -190,13 +206,18 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
 }
 
 /// Starts the API server on the data dir; returns its kubeconfig's path.
-async fn start_apiserver(args: &UpArgs, supervisor: &Supervisor) -> anyhow::Result<PathBuf> {
+async fn start_apiserver(
+    args: &UpArgs,
+    supervisor: &Supervisor,
+    fatal: tokio::sync::mpsc::UnboundedSender<String>,
+    fatal_rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+) -> anyhow::Result<PathBuf> {
     let (ready, bound) = tokio::sync::oneshot::channel();
     let config = modelplane_apiserver::serve::Config {
         data_dir: args.data_dir.clone(),
         listen: args.listen,
     };
-    let (failed, failure) = tokio::sync::oneshot::channel();
+    let listen = args.listen;
     let stopping = supervisor.stopping();
     supervisor.spawn("apiserver", async move {
         let served = modelplane_apiserver::serve::serve(
@@ -207,20 +228,30 @@ async fn start_apiserver(args: &UpArgs, supervisor: &Supervisor) -> anyhow::Resu
             stopping,
         )
         .await;
-        if let Err(e) = served {
-            let _ = failed.send(e);
-        }
+        let _ = fatal.send(match served {
+            Err(e) => format!("the API server on {listen} stopped: {e}"),
+            Ok(()) => format!("the API server on {listen} stopped"),
+        });
     });
-    tokio::select! {
-        path = bound => path.context("the API server stopped while starting"),
-        error = failure => Err(match error {
-            Ok(e) => anyhow::anyhow!("the API server cannot start on {}: {e}", args.listen),
-            Err(_) => anyhow::anyhow!("the API server stopped while starting"),
-        }),
+    match bound.await {
+        Ok(path) => Ok(path),
+        // It ended before it was ready: its reason follows.
+        Err(_) => Err(anyhow::anyhow!(
+            "{}",
+            fatal_rx
+                .recv()
+                .await
+                .unwrap_or_else(|| "the API server stopped while starting".into())
+        )),
     }
 }
 
-fn start_controllers(supervisor: &Supervisor, client: &kube::Client, gateway: SocketAddr) {
+fn start_controllers(
+    supervisor: &Supervisor,
+    client: &kube::Client,
+    gateway: SocketAddr,
+    fatal: tokio::sync::mpsc::UnboundedSender<String>,
+) {
     let config = modelplane_controller::Config {
         gateway_address: Some(gateway.to_string()),
         // One process: nothing to elect.
@@ -230,9 +261,12 @@ fn start_controllers(supervisor: &Supervisor, client: &kube::Client, gateway: So
     let control = modelplane_controller::target::Connection::new("control plane", client.clone());
     let stopping = supervisor.stopping();
     supervisor.spawn("controllers", async move {
-        if let Err(e) = modelplane_controller::run(config, control, stopping).await {
-            tracing::error!(error = %e, "controllers stopped");
-        }
+        let _ = fatal.send(
+            match modelplane_controller::run(config, control, stopping).await {
+                Err(e) => format!("the controllers stopped: {e}"),
+                Ok(()) => "the controllers stopped".into(),
+            },
+        );
     });
 }
 
