@@ -288,7 +288,10 @@ pub async fn resume(server: Arc<ApiServer>) {
                 .is_some_and(|f| f.iter().any(|f| f == FOREGROUND))
         });
         if waiting {
-            tokio::spawn(finish_foreground(server.clone(), stored.key));
+            server.tasks().spawn(
+                "foreground deletion",
+                finish_foreground(server.clone(), stored.key),
+            );
         }
     }
 }

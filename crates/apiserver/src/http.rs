@@ -68,6 +68,9 @@ pub struct ApiServer {
 #[derive(Default)]
 pub struct Shared {
     admission: modelplane_cel::Admission,
+    /// The background work requests start (collections, namespace
+    /// terminations, watch streams), stopped with the server.
+    tasks: modelplane_supervisor::Supervisor,
     schemas: std::sync::Mutex<std::collections::HashMap<String, Interned>>,
 }
 
@@ -137,6 +140,11 @@ impl ApiServer {
         // A store that cannot be written shows on the first request.
         let _ = crate::namespaces::ensure_built_in(&server);
         server
+    }
+
+    /// Owns the work requests leave running after they answer.
+    pub fn tasks(&self) -> &modelplane_supervisor::Supervisor {
+        &self.shared.tasks
     }
 
     /// What this server shares with the other clusters of its store.
@@ -1855,13 +1863,16 @@ async fn delete(
     )
     .await?;
     if foreground && !target.options.dry_run {
-        tokio::spawn(crate::gc::finish_foreground(
-            server.clone(),
-            stored.key.clone(),
-        ));
+        server.tasks().spawn(
+            "foreground deletion",
+            crate::gc::finish_foreground(server.clone(), stored.key.clone()),
+        );
     }
     if cleanup && !target.options.dry_run {
-        tokio::spawn(delete_custom_objects(server.clone(), stored.key.clone()));
+        server.tasks().spawn(
+            "CRD object deletion",
+            delete_custom_objects(server.clone(), stored.key.clone()),
+        );
     }
     Ok(json_response(StatusCode::OK, &decode(&stored)?))
 }
@@ -1910,7 +1921,10 @@ pub async fn resume_crd_deletions(server: Arc<ApiServer>) {
     for stored in crds {
         if read_stored(&stored).is_ok_and(|crd| crd["metadata"].get("deletionTimestamp").is_some())
         {
-            tokio::spawn(delete_custom_objects(server.clone(), stored.key));
+            server.tasks().spawn(
+                "CRD object deletion",
+                delete_custom_objects(server.clone(), stored.key),
+            );
         }
     }
 }
@@ -2024,10 +2038,10 @@ async fn delete_namespace(
         .await?;
         object = decode(&stored)?;
         if !target.options.dry_run {
-            tokio::spawn(crate::namespaces::terminate(
-                server.clone(),
-                name.to_string(),
-            ));
+            server.tasks().spawn(
+                "namespace termination",
+                crate::namespaces::terminate(server.clone(), name.to_string()),
+            );
         }
     }
     Ok(json_response(StatusCode::OK, &object))
@@ -2036,7 +2050,10 @@ async fn delete_namespace(
 /// Starts collecting the dependents of a deleted object.
 fn spawn_collection(server: &Arc<ApiServer>, deleted: &Value, orphan: bool) {
     if let Some(uid) = deleted["metadata"]["uid"].as_str() {
-        tokio::spawn(crate::gc::collect(server.clone(), uid.to_string(), orphan));
+        server.tasks().spawn(
+            "garbage collection",
+            crate::gc::collect(server.clone(), uid.to_string(), orphan),
+        );
     }
 }
 
@@ -2294,7 +2311,7 @@ fn watch(
     // Subscribe before reading anything, so no change falls in between.
     let mut live = server.store.subscribe();
     let prefix = target.list_prefix();
-    tokio::spawn(async move {
+    server.clone().tasks().spawn("watch stream", async move {
         let _slot = slot;
         let deadline = tokio::time::sleep(timeout);
         tokio::pin!(deadline);

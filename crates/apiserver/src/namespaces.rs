@@ -148,7 +148,10 @@ pub async fn resume(server: Arc<ApiServer>) {
         if object["metadata"].get("deletionTimestamp").is_some()
             && let Some(name) = object["metadata"]["name"].as_str()
         {
-            tokio::spawn(terminate(server.clone(), name.to_string()));
+            server.tasks().spawn(
+                "namespace termination",
+                terminate(server.clone(), name.to_string()),
+            );
         }
     }
 }

@@ -240,6 +240,9 @@ pub async fn serve_clusters(
             },
             () = &mut shutdown => {
                 tasks.shutdown().await;
+                // And what requests left running (every cluster of the
+                // store shares one owner).
+                clusters.root().tasks().shutdown().await;
                 return Ok(());
             }
         };

@@ -97,6 +97,9 @@ pub struct Engine {
     slots: Semaphore,
     metrics: EngineMetrics,
     ids: AtomicU64,
+    /// The requests' generators: each ends with its request, or when the
+    /// engine is dropped.
+    generators: modelplane_supervisor::Supervisor,
 }
 
 impl Engine {
@@ -107,6 +110,7 @@ impl Engine {
             config,
             metrics: EngineMetrics::default(),
             ids: AtomicU64::new(0),
+            generators: modelplane_supervisor::Supervisor::default(),
         })
     }
 
@@ -328,7 +332,10 @@ async fn complete(engine: Arc<Engine>, chat: bool, body: Bytes) -> Response<Engi
     let id = engine.ids.fetch_add(1, Ordering::Relaxed);
     let (tx, mut rx) = mpsc::channel::<Bytes>(16);
     let stream = ask.stream;
-    tokio::spawn(generate(engine, ask, tokens, id, tx));
+    engine
+        .generators
+        .clone()
+        .spawn("generation", generate(engine, ask, tokens, id, tx));
     if !stream {
         // Like a real engine, a whole answer's head comes with its body.
         // Dropping this future (the client left) closes `rx`: generation stops.

@@ -17,6 +17,16 @@ pub struct Supervisor {
     stop: watch::Sender<bool>,
 }
 
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tasks = self.tasks.lock().map(|t| t.len()).unwrap_or(0);
+        f.debug_struct("Supervisor")
+            .field("tasks", &tasks)
+            .field("stopping", &self.is_stopping())
+            .finish()
+    }
+}
+
 impl Default for Supervisor {
     fn default() -> Self {
         Supervisor {
