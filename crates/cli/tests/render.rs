@@ -28,7 +28,7 @@ fn render_prints_every_object_of_the_examples_grouped_by_target() {
         text.starts_with(
             "# cluster us-east (EKS, Standard): recipe eks-any-ubuntu, 9 Helm releases\n\
              # cluster us-west (EKS, Dynamo): recipe eks-h200-ubuntu, 12 Helm releases\n\
-             # cache ml-team/qwen3-coder: staged on us-east, us-west\n\
+             # cache ml-team/qwen3-coder: staged on us-west\n\
              # ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-east (Standard)\n\
              # ml-team/qwen3-coder: 1 of 1 replicas placed on us-west (Dynamo)\n"
         ),
@@ -97,8 +97,8 @@ fn json_output_groups_objects_by_target() {
     assert_eq!(count("VPC"), 2);
     // Both clusters host replicas, so both are guarded against deletion.
     assert_eq!(count("ClusterUsage"), 2);
-    // The cache is staged on both clusters, on their managed EFS class.
-    for cluster in ["us-east", "us-west"] {
+    // The cache is staged where the coder runs, on its managed EFS class.
+    for cluster in ["us-west"] {
         let pvc = v["clusters"][cluster]
             .as_array()
             .and_then(|a| a.iter().find(|o| o["kind"] == "PersistentVolumeClaim"))
