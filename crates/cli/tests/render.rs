@@ -98,13 +98,18 @@ fn json_output_groups_objects_by_target() {
     // Both clusters host replicas, so both are guarded against deletion.
     assert_eq!(count("ClusterUsage"), 2);
     // The cache is staged where the coder runs, on its managed EFS class.
-    for cluster in ["us-west"] {
-        let pvc = v["clusters"][cluster]
+    let pvc = |cluster: &str| {
+        v["clusters"][cluster]
             .as_array()
             .and_then(|a| a.iter().find(|o| o["kind"] == "PersistentVolumeClaim"))
-            .expect("cache PVC");
-        assert_eq!(pvc["spec"]["storageClassName"], "modelplane-rwx-efs");
-    }
+            .cloned()
+    };
+    let staged = pvc("us-west").expect("cache PVC on us-west");
+    assert_eq!(staged["spec"]["storageClassName"], "modelplane-rwx-efs");
+    assert!(
+        pvc("us-east").is_none(),
+        "not staged where the coder does not run"
+    );
     // The small model on the Standard cluster (one node: a Deployment), the
     // large one on the Dynamo cluster (a Grove PodCliqueSet).
     assert!(
