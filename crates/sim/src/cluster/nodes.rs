@@ -114,10 +114,29 @@ pub fn node(
 /// The taint the node controller puts on a node whose kubelet went silent.
 pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
+/// The annotation on a node listing the taints the simulation put there
+/// (its pool's, its faults', the node controller's), so it takes back only
+/// its own: a taint `kubectl taint` adds stays, as on a real node.
+pub const MANAGED_TAINTS: &str = "sim.modelplane.ai/managed-taints";
+
+/// The taints of `node` the simulation manages: as it last recorded them,
+/// else (a node just registered) its pool's.
+fn managed_before(node: &Value, pool: &[Value]) -> Vec<Value> {
+    node["metadata"]["annotations"][MANAGED_TAINTS]
+        .as_str()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_else(|| pool.to_vec())
+}
+
+/// Whether two taints are the same one (key and effect name a taint).
+fn same_taint(a: &Value, b: &Value) -> bool {
+    a["key"] == b["key"] && a["effect"] == b["effect"]
+}
+
 /// What node faults change: a silent kubelet's node goes `Ready=Unknown`
 /// and gets the unreachable taint, and its pods are marked not Ready (the
 /// node controller's part); a taint fault adds its taint. A healed fault
-/// is undone: the node's taints go back to its pool's.
+/// is undone: its taint goes, and the pool's and the users' stay.
 pub fn fault_writes(
     world: &super::world::World<'_>,
     pool_taints: &std::collections::BTreeMap<String, Vec<crate::cloud::Taint>>,
@@ -134,12 +153,13 @@ pub fn fault_writes(
         let silent = faults
             .iter()
             .any(|f| matches!(f, Fault::NodeNotReady { node } if node == node_name));
-        let mut taints: Vec<Value> = pool_taints
+        let pool_taints: Vec<Value> = pool_taints
             .get(pool)
             .into_iter()
             .flatten()
             .map(|t| json!({ "key": t.key, "value": t.value, "effect": t.effect }))
             .collect();
+        let mut taints = pool_taints.clone();
         for fault in faults {
             if let Fault::NodeTaint {
                 node,
@@ -159,6 +179,15 @@ pub fn fault_writes(
             .as_array()
             .cloned()
             .unwrap_or_default();
+        let before = managed_before(node, &pool_taints);
+        let managed = taints;
+        let mut taints: Vec<Value> = current
+            .iter()
+            .filter(|t| !before.iter().any(|m| same_taint(t, m)))
+            .filter(|t| !managed.iter().any(|m| same_taint(t, m)))
+            .cloned()
+            .collect();
+        taints.extend(managed.iter().cloned());
         let strip = |list: &[Value]| -> Vec<(Value, Value, Value)> {
             let mut v: Vec<_> = list
                 .iter()
@@ -167,12 +196,16 @@ pub fn fault_writes(
             v.sort_by_key(|t| format!("{t:?}"));
             v
         };
-        if strip(&current) != strip(&taints) {
+        if strip(&current) != strip(&taints) || strip(&before) != strip(&managed) {
+            let record = serde_json::to_string(&managed).unwrap_or_default();
             out.push(Write::Patch {
                 kind: kinds::NODE,
                 namespace: String::new(),
                 name: node_name.to_string(),
-                patch: json!({ "metadata": { "uid": node["metadata"]["uid"] }, "spec": { "taints": taints } }),
+                patch: json!({
+                    "metadata": { "uid": node["metadata"]["uid"], "annotations": { MANAGED_TAINTS: record } },
+                    "spec": { "taints": taints },
+                }),
             });
         }
         let ready = node["status"]["conditions"]
@@ -244,6 +277,72 @@ pub fn fault_writes(
 mod tests {
     use super::*;
     use crate::cloud::Taint;
+    use crate::faults::Fault;
+    use crate::informer::{Change, Snapshot};
+
+    fn taints_after(node: Value, faults: &[Fault]) -> Vec<Value> {
+        let mut snapshot = Snapshot::default();
+        snapshot.change(Change::Apply(
+            super::super::world::kinds::NODE,
+            node.clone(),
+        ));
+        let world = super::super::world::World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        let pool_taints = [(
+            "l4".to_string(),
+            vec![Taint {
+                key: "nvidia.com/gpu".into(),
+                value: "true".into(),
+                effect: "NoSchedule".into(),
+            }],
+        )]
+        .into();
+        let writes = fault_writes(&world, &pool_taints, faults);
+        match writes.first() {
+            Some(super::super::world::Write::Patch { patch, .. }) => {
+                patch["spec"]["taints"].as_array().cloned().unwrap()
+            }
+            _ => node["spec"]["taints"].as_array().cloned().unwrap(),
+        }
+    }
+
+    fn l4_node(taints: Value, annotations: Value) -> Value {
+        json!({ "metadata": { "name": "l4-node-0", "uid": "n0",
+                "labels": { "modelplane.ai/pool": "l4" }, "annotations": annotations },
+            "spec": { "taints": taints },
+            "status": { "conditions": [{ "type": "Ready", "status": "True" }] } })
+    }
+
+    #[test]
+    fn a_taint_a_user_puts_on_a_node_stays_and_a_healed_faults_goes() {
+        let gpu = json!({ "key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule" });
+        let drain = json!({ "key": "drain", "value": "now", "effect": "NoExecute" });
+        // `kubectl taint nodes l4-node-0 drain=now:NoExecute` is not undone.
+        let kept = taints_after(l4_node(json!([gpu, drain]), json!({})), &[]);
+        assert!(kept.contains(&drain), "{kept:?}");
+        assert!(kept.contains(&gpu), "{kept:?}");
+        // A fault's taint is the simulation's: healing the fault removes it.
+        let fault = Fault::NodeTaint {
+            node: "l4-node-0".into(),
+            key: "sim.modelplane.ai/drain".into(),
+            value: String::new(),
+            effect: "NoExecute".into(),
+        };
+        let with_fault = taints_after(l4_node(json!([gpu, drain]), json!({})), &[fault]);
+        assert_eq!(with_fault.len(), 3, "{with_fault:?}");
+        let node = l4_node(
+            json!(with_fault),
+            json!({ MANAGED_TAINTS: serde_json::to_string(&json!([gpu, with_fault[2]])).unwrap() }),
+        );
+        let healed = taints_after(node, &[]);
+        assert_eq!(healed.len(), 2, "{healed:?}");
+        assert!(
+            healed.contains(&drain) && healed.contains(&gpu),
+            "{healed:?}"
+        );
+    }
 
     #[test]
     fn a_gpu_pool_node_has_the_pools_labels_taints_and_the_clouds_own() {
