@@ -27,9 +27,9 @@ fn render_prints_every_object_of_the_examples_grouped_by_target() {
     assert!(
         text.starts_with(
             "# cluster us-east (EKS, Standard): recipe eks-any-ubuntu, 9 Helm releases\n\
-             # cluster us-west (EKS, Dynamo): recipe eks-h200-ubuntu, 12 Helm releases\n\
+             # cluster us-west (EKS, Dynamo): recipe eks-any-ubuntu, 11 Helm releases\n\
              # cache ml-team/qwen3-coder: staged on us-west\n\
-             # ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-east (Standard)\n\
+             # ml-team/qwen3-8b: 2 of 2 replicas placed on us-east (Standard), us-west (Dynamo)\n\
              # ml-team/qwen3-coder: 1 of 1 replicas placed on us-west (Dynamo)\n"
         ),
         "{text}"
@@ -90,7 +90,7 @@ fn json_output_groups_objects_by_target() {
     assert_eq!(count("ServingStack"), 2);
     // The recipes' releases, then per EKS cluster the autoscaler and (EFA
     // pools on both) aws-dranet.
-    assert_eq!(count("Release"), 9 + 12 + 2 + 2);
+    assert_eq!(count("Release"), 9 + 11 + 2 + 2);
     // Each EKS cluster's managed resources.
     assert_eq!(count("Cluster"), 2);
     assert_eq!(count("ClusterAuth"), 2);

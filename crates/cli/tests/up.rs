@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::up::{free_port, up};
+use common::up::{Up, free_port, up};
 use common::wait_for;
 
 const OPENAI_SCRIPT: &str = r#"
@@ -52,19 +52,52 @@ fn up_serves_the_example_fleet_on_both_stacks_and_resumes_it_after_a_restart() {
     };
     assert_eq!(row("qwen3-8b ").as_deref(), Some("2"), "{deployments}");
     assert_eq!(row("qwen3-coder ").as_deref(), Some("1"), "{deployments}");
-    let replicas = first.kubectl(&["get", "mr", "-n", "ml-team"]);
-    for line in replicas.lines().skip(1) {
-        let expected = if line.starts_with("qwen3-coder") {
-            "us-west"
-        } else {
-            "us-east"
-        };
-        assert!(line.contains(expected), "placed on {expected}: {line}");
-    }
+    // The same qwen3-8b manifest is spread one replica per cluster, so it
+    // runs on both stacks; the coder is on the Dynamo cluster.
+    let placed = |deployment: &str| {
+        let mut clusters: Vec<String> = first
+            .kubectl(&[
+                "get",
+                "mr",
+                "-n",
+                "ml-team",
+                "-l",
+                &format!("modelplane.ai/deployment={deployment}"),
+                "-o",
+                "jsonpath={range .items[*]}{.spec.clusterName}{\"\\n\"}{end}",
+            ])
+            .lines()
+            .map(str::to_string)
+            .collect();
+        clusters.sort();
+        clusters
+    };
+    assert_eq!(placed("qwen3-8b"), ["us-east", "us-west"]);
+    assert_eq!(placed("qwen3-coder"), ["us-west"]);
     let clusters = first.kubectl(&["get", "ic"]);
     assert!(
         clusters.contains("Standard") && clusters.contains("Dynamo"),
         "{clusters}"
+    );
+    // Each stack runs it its own way: a Deployment on Standard (a one-node
+    // engine needs no LeaderWorkerSet), a Grove PodCliqueSet on Dynamo.
+    let standard = first.kubectl_on(
+        "us-east",
+        &["get", "deployments", "-n", "ml-team", "-o", "name"],
+    );
+    assert!(
+        standard
+            .lines()
+            .any(|d| d.contains("qwen3-8b") && !d.contains("-epp-")),
+        "the engine's Deployment on us-east: {standard}"
+    );
+    let grove = first.kubectl_on(
+        "us-west",
+        &["get", "podcliquesets", "-n", "ml-team", "-o", "name"],
+    );
+    assert!(
+        grove.contains("qwen3-8b"),
+        "a PodCliqueSet on us-west: {grove}"
     );
 
     // One deployment on each stack streams through /v1 and its service prefix.
@@ -90,6 +123,18 @@ fn up_serves_the_example_fleet_on_both_stacks_and_resumes_it_after_a_restart() {
         eprintln!("skipped: the OpenAI Python client is not installed (`pip install openai`)");
     }
 
+    let uids = |up: &Up| {
+        up.kubectl(&[
+            "get",
+            "mr",
+            "-n",
+            "ml-team",
+            "-o",
+            "jsonpath={.items[*].metadata.uid}",
+        ])
+    };
+    let before = uids(&first);
+
     // SIGTERM drains and stops everything.
     let pid = first.process.0.id().to_string();
     assert!(
@@ -107,7 +152,12 @@ fn up_serves_the_example_fleet_on_both_stacks_and_resumes_it_after_a_restart() {
     let second = up(dir.path(), port, false);
     second.wait_printed("every replica is ready", Duration::from_secs(180));
     let after = second.kubectl(&["get", "mr", "-n", "ml-team", "-o", "name"]);
-    assert_eq!(after.lines().count(), 3, "the same three replicas: {after}");
+    assert_eq!(after.lines().count(), 3, "three replicas: {after}");
+    assert_eq!(
+        uids(&second),
+        before,
+        "the same three replicas, not new ones"
+    );
     // Its engines restart with it (the simulated fleet is this process):
     // each serves again once its weights are loaded.
     for model in ["qwen3-8b", "qwen3-coder"] {
