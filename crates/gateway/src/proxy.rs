@@ -58,6 +58,11 @@ pub struct GatewayConfig {
     pub idle_timeout: Duration,
     /// Endpoints tried per request (only what provably was not processed).
     pub max_attempts: usize,
+    /// A `/<namespace>/<service>/…` body of at most this many bytes (by its
+    /// Content-Length) is read whole before it is sent, so a busy or
+    /// unreachable endpoint's request can still go to another; a larger or
+    /// unsized one streams through and is sent once.
+    pub retry_buffer: usize,
     /// Failures in a row that eject an endpoint.
     pub eject_after: u32,
     /// Most of a group's endpoints ejected at once, in percent (at least one
@@ -85,6 +90,7 @@ impl Default for GatewayConfig {
             first_byte_timeout: Duration::from_secs(30 * 60),
             idle_timeout: Duration::from_secs(5 * 60),
             max_attempts: 3,
+            retry_buffer: 1024 * 1024,
             eject_after: 3,
             max_ejected_percent: 50,
             probe_failures_to_eject: 3,
@@ -386,10 +392,17 @@ async fn route(
     if content_length(&parts.headers).is_some_and(|n| n > gateway.config.max_body as u64) {
         return Err(too_large(gateway));
     }
+    let small =
+        content_length(&parts.headers).is_some_and(|n| n <= gateway.config.retry_buffer as u64);
+    let body = if small {
+        UpstreamBody::buffered(read_body(gateway, &parts.headers, body).await?)
+    } else {
+        UpstreamBody::streaming(Limited::new(body, gateway.config.max_body))
+    };
     let request = Routed {
         parts,
         relative,
-        body: UpstreamBody::streaming(Limited::new(body, gateway.config.max_body)),
+        body,
         model: None,
         keyed: key.is_some(),
     };
@@ -898,8 +911,9 @@ impl Drop for Outstanding {
 type StreamedRequest = Limited<Incoming>;
 
 /// A request body as sent upstream: buffered (a `/v1` body that was read for
-/// its model; cheap to resend) or streamed from the client, held in a slot
-/// until the upstream connection first asks for it.
+/// its model, or a small one under a service prefix; cheap to resend) or
+/// streamed from the client, held in a slot until the upstream connection
+/// first asks for it.
 pub struct UpstreamBody {
     inner: UpstreamInner,
 }

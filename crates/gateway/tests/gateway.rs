@@ -913,6 +913,31 @@ async fn a_busy_engine_is_backpressure_never_ejected_and_the_request_goes_elsewh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_answer_on_a_service_prefix_is_retried_elsewhere_too() {
+    // A cluster gateway whose replica was just drained answers 503; the
+    // prompt came in under /<namespace>/<service>/v1, not read for a model,
+    // and must still go to the replica elsewhere.
+    let _serial = SERIAL.lock().await;
+    let busy = ScriptedEngine::start(BUSY, false).await;
+    let good = engine("m");
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "busy", "g", busy.addr),
+        endpoint("ml", "good", "g", good.addr),
+    ]);
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    let body =
+        json!({ "model": "m", "messages": [{ "role": "user", "content": "hello" }] }).to_string();
+    for _ in 0..30 {
+        let (status, answer) = harness
+            .send("POST", "/ml/m/v1/chat/completions", &body, &[])
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    }
+    assert!(busy.received() > 0, "the busy endpoint was tried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_never_eject_more_than_the_allowed_share_of_a_group() {
     let _serial = SERIAL.lock().await;
     const BROKEN: &str = "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\n\r\n{}";
