@@ -212,10 +212,16 @@ fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
             object: pod,
             manager: MANAGER,
         });
+        out.push(job_event(
+            job,
+            "SuccessfulCreate",
+            format!("Created pod: {pod_name}"),
+        ));
     }
     let mut status = json!({ "active": active, "succeeded": succeeded, "failed": failed, "startTime": job["status"]["startTime"].as_str().unwrap_or(world.timestamp) });
     if succeeded > 0 {
         mark_hydrated(world, job, out);
+        out.push(job_event(job, "Completed", "Job completed".into()));
         status["conditions"] = json!([
             condition_value(
                 None,
@@ -243,6 +249,17 @@ fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
         &["active", "succeeded", "failed"],
         out,
     );
+}
+
+/// An event of the Job controller about `job`.
+fn job_event(job: &Value, reason: &str, message: String) -> Write {
+    Write::Event {
+        object: job.clone(),
+        type_: "Normal",
+        reason: reason.into(),
+        message,
+        source: "job-controller",
+    }
 }
 
 /// What a volume holds outlives the Job that wrote it: a succeeded Job
@@ -431,6 +448,42 @@ mod tests {
         json!({ "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": { "name": "epp", "namespace": "ml", "uid": "d1", "generation": 1 },
             "spec": { "replicas": 2, "template": { "metadata": { "labels": { "app": "epp" } }, "spec": { "containers": [{ "name": "c", "image": "epp" }] } } } })
+    }
+
+    fn events_of(writes: &[Write]) -> Vec<String> {
+        writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Event {
+                    reason, message, ..
+                } => Some(format!("{reason}: {message}")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_job_says_it_created_its_pod_and_that_it_completed() {
+        let job = json!({ "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": { "name": "hydrate", "namespace": "ml", "uid": "j1" },
+            "spec": { "template": { "spec": { "restartPolicy": "Never", "containers": [{ "name": "c", "image": "hf" }] } } } });
+        let snapshot = world_of(&[(kinds::JOB, job.clone())]);
+        let world = World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        let created = events_of(&step(&world));
+        assert_eq!(created.len(), 1, "{created:?}");
+        assert!(created[0].starts_with("SuccessfulCreate: Created pod: hydrate-"));
+        let done = json!({ "metadata": { "name": "hydrate-x", "namespace": "ml",
+                "ownerReferences": [{ "uid": "j1", "controller": true }] },
+            "spec": {}, "status": { "phase": "Succeeded" } });
+        let snapshot = world_of(&[(kinds::JOB, job), (kinds::POD, done)]);
+        let world = World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        assert_eq!(events_of(&step(&world)), ["Completed: Job completed"]);
     }
 
     #[test]
