@@ -4,7 +4,9 @@
 //! nothing, its replicas say why and keep serving, and the fleet converges
 //! without restarting a serving pod; an engine killed mid-stream ends the
 //! stream at once, restarts, and serves again; the GKE providers run only
-//! while a GKE cluster exists.
+//! while a GKE cluster exists; scaling and draining a node under load lose
+//! nothing the gateway had not sent to the drained engine; a second coder
+//! replica loads its weights from its peer.
 
 mod common;
 
@@ -93,6 +95,7 @@ fn why_not_placed_then_placed(up: &Up) {
     for (place, why) in [
         ("us-east/l4", "matches no device; closest"),
         ("us-east/h200", "matches no device; closest"),
+        ("us-west/l4", "matches no device; closest"),
         ("us-west/h200", "matches no device; closest"),
     ] {
         assert!(
@@ -323,16 +326,18 @@ fn gke_providers_run_only_while_a_gke_cluster_exists(up: &Up) {
     );
 }
 
-/// Requests sent one after another until stopped: (sent, failed bodies).
+/// Requests sent one after another until stopped, so at most one is in
+/// flight at a time: (sent, failed ones with when they were sent).
 fn steady_load(
     gateway: String,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<(usize, Vec<String>)> {
+) -> std::thread::JoinHandle<(usize, Vec<(Instant, String)>)> {
     std::thread::spawn(move || {
         let body =
             r#"{"model":"qwen3-8b","max_tokens":20,"messages":[{"role":"user","content":"Hi"}]}"#;
         let (mut sent, mut failed) = (0, Vec::new());
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let started = Instant::now();
             let out = Command::new("curl")
                 .args([
                     "-s",
@@ -351,7 +356,7 @@ fn steady_load(
             let text = String::from_utf8_lossy(&out.stdout).to_string();
             sent += 1;
             if !text.contains("chat.completion") {
-                failed.push(text);
+                failed.push((started, text));
             }
         }
         (sent, failed)
@@ -411,6 +416,237 @@ fn scaling_under_load_fails_no_request(up: &Up) {
     );
 }
 
+/// The `qwen3-8b` engine pods of workload cluster `cluster` (not its
+/// endpoint picker's, `-epp-`), not being deleted.
+fn serving_pods(up: &Up, cluster: &str) -> Vec<Value> {
+    let pods: Value = serde_json::from_str(
+        &up.kubectl_on(cluster, &["get", "pods", "-n", "ml-team", "-o", "json"]),
+    )
+    .expect("pods");
+    items(&pods)
+        .into_iter()
+        .filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("qwen3-8b") && !n.contains("-epp-"))
+                && p["metadata"]["deletionTimestamp"].is_null()
+        })
+        .collect()
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    condition(pod, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
+/// An operator adds a node to us-east's L4 pool: the cluster publishes the
+/// larger pool and the node joins.
+fn growing_a_pool_adds_a_node(up: &Up) {
+    up.kubectl(&[
+        "patch",
+        "ic",
+        "us-east",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/nodePools/0/nodeCount","value":2}]"#,
+    ]);
+    wait_for(
+        "us-east to publish two L4 nodes",
+        Duration::from_secs(60),
+        || {
+            let cluster = json(up, &["get", "ic", "us-east"]);
+            cluster["status"]["gpuPools"]
+                .as_array()?
+                .iter()
+                .any(|p| p["name"] == "l4" && p["nodes"] == 2)
+                .then_some(())
+        },
+    );
+    wait_for(
+        "the second L4 node to join",
+        Duration::from_secs(120),
+        || {
+            let nodes = up.kubectl_on("us-east", &["get", "nodes"]);
+            nodes
+                .lines()
+                .any(|l| l.starts_with("l4-node-1 ") && l.contains(" Ready"))
+                .then_some(())
+        },
+    );
+}
+
+fn draining_a_node_moves_its_replica_and_loses_only_what_it_served(up: &Up) {
+    up.kubectl(&["scale", "md", "qwen3-8b", "-n", "ml-team", "--replicas=2"]);
+    wait_for("2 replicas ready", Duration::from_secs(180), || {
+        (ready_replicas(up) == 2).then_some(())
+    });
+    let before = serving_pods(up, "us-east");
+    assert_eq!(before.len(), 1, "one replica on us-east: {before:?}");
+    let (old_pod, node) = (
+        before[0]["metadata"]["uid"]
+            .as_str()
+            .expect("a uid")
+            .to_string(),
+        before[0]["spec"]["nodeName"]
+            .as_str()
+            .expect("bound to a node")
+            .to_string(),
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = steady_load(up.gateway.clone(), stop.clone());
+    std::thread::sleep(Duration::from_secs(3));
+    // What an operator types to drain a node.
+    up.kubectl_on(
+        "us-east",
+        &["taint", "nodes", &node, "maintenance=now:NoExecute"],
+    );
+    let gone = wait_for("the pod evicted", Duration::from_secs(60), || {
+        let pods = serving_pods(up, "us-east");
+        (!pods
+            .iter()
+            .any(|p| p["metadata"]["uid"] == old_pod.as_str()))
+        .then(Instant::now)
+    });
+    let moved = wait_for(
+        "the replica to serve again on another node",
+        Duration::from_secs(180),
+        || {
+            let pods = serving_pods(up, "us-east");
+            pods.iter()
+                .find(|p| pod_ready(p))
+                .and_then(|p| p["spec"]["nodeName"].as_str().map(str::to_string))
+                .filter(|_| ready_replicas(up) == 2)
+        },
+    );
+    assert_ne!(moved, node, "placed again, off the drained node");
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, failed) = load.join().expect("the load thread");
+    println!(
+        "draining {node} under load: {sent} requests, {} failed",
+        failed.len()
+    );
+    assert!(sent > 20, "a steady load ran: {sent} requests");
+    // One request is in flight at a time: only the one the drained engine
+    // was serving when it stopped may be lost, and it was sent before.
+    assert!(failed.len() <= 1, "{} failed: {failed:?}", failed.len());
+    for (sent_at, body) in &failed {
+        assert!(
+            *sent_at < gone,
+            "sent after the eviction and failed: {body}"
+        );
+    }
+    let events = up.kubectl_on("us-east", &["get", "events", "-n", "ml-team"]);
+    assert!(
+        events.contains("TaintManagerEviction"),
+        "the eviction is in the cluster's events: {events}"
+    );
+    up.kubectl_on(
+        "us-east",
+        &["taint", "nodes", &node, "maintenance=now:NoExecute-"],
+    );
+}
+
+/// How many times the Job controller of `cluster` reported a coder Job
+/// completed (a finished Job is deleted after its TTL; its events stay).
+fn coder_jobs_completed(up: &Up, cluster: &str) -> usize {
+    let events: Value = serde_json::from_str(
+        &up.kubectl_on(cluster, &["get", "events", "-n", "ml-team", "-o", "json"]),
+    )
+    .expect("events");
+    items(&events)
+        .iter()
+        .filter(|e| e["involvedObject"]["kind"] == "Job" && e["reason"] == "Completed")
+        .filter(|e| {
+            e["involvedObject"]["name"]
+                .as_str()
+                .is_some_and(|n| n.contains("-qwen3-coder-hydrate-"))
+        })
+        .map(|e| e["count"].as_u64().unwrap_or(1) as usize)
+        .sum()
+}
+
+/// The coder's weights are staged once on its cluster and mounted by its
+/// pods; a second replica on the Dynamo cluster loads from the first over
+/// the fabric (ModelExpress), as its events say.
+fn a_second_coder_replica_loads_from_its_peer(up: &Up) {
+    assert_eq!(
+        coder_jobs_completed(up, "us-west"),
+        1,
+        "the weights were staged once on us-west"
+    );
+    assert_eq!(
+        coder_jobs_completed(up, "us-east"),
+        0,
+        "nothing staged where the coder does not run"
+    );
+    up.kubectl(&[
+        "patch",
+        "ic",
+        "us-west",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/nodePools/1/nodeCount","value":4}]"#,
+    ]);
+    up.kubectl(&[
+        "scale",
+        "md",
+        "qwen3-coder",
+        "-n",
+        "ml-team",
+        "--replicas=2",
+    ]);
+    wait_for("two coder replicas ready", Duration::from_secs(300), || {
+        let md = json(up, &["get", "md", "qwen3-coder", "-n", "ml-team"]);
+        (md["status"]["replicas"]["ready"] == 2).then_some(())
+    });
+    let pods: Value = serde_json::from_str(
+        &up.kubectl_on("us-west", &["get", "pods", "-n", "ml-team", "-o", "json"]),
+    )
+    .expect("pods");
+    let coder: Vec<Value> = items(&pods)
+        .into_iter()
+        .filter(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("qwen3-coder") && !n.contains("-epp-"))
+        })
+        .collect();
+    assert_eq!(coder.len(), 4, "two replicas of two pods each");
+    for pod in &coder {
+        let mounted = pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| v["persistentVolumeClaim"]["claimName"].is_string());
+        assert!(
+            mounted,
+            "{} mounts the cache volume",
+            pod["metadata"]["name"]
+        );
+    }
+    let events: Value = serde_json::from_str(
+        &up.kubectl_on("us-west", &["get", "events", "-n", "ml-team", "-o", "json"]),
+    )
+    .expect("events");
+    let from_peer: Vec<String> = items(&events)
+        .iter()
+        .filter(|e| e["reason"] == "LoadingWeights")
+        .filter_map(|e| e["message"].as_str())
+        .filter(|m| m.contains("from peer") && m.contains("ModelExpress"))
+        .map(str::to_string)
+        .collect();
+    assert!(
+        !from_peer.is_empty(),
+        "the second replica loads from its peer: {events}"
+    );
+    println!("{}", from_peer.join("\n"));
+    assert_eq!(
+        coder_jobs_completed(up, "us-west"),
+        1,
+        "the second replica did not stage the weights again"
+    );
+}
+
 #[test]
 fn up_holds_through_faults_and_explains_what_it_cannot_place() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -420,5 +656,8 @@ fn up_holds_through_faults_and_explains_what_it_cannot_place() {
     an_unreachable_cluster_deletes_nothing(&up);
     a_killed_engine_ends_its_stream_and_serves_again(&up);
     gke_providers_run_only_while_a_gke_cluster_exists(&up);
+    growing_a_pool_adds_a_node(&up);
     scaling_under_load_fails_no_request(&up);
+    draining_a_node_moves_its_replica_and_loses_only_what_it_served(&up);
+    a_second_coder_replica_loads_from_its_peer(&up);
 }
