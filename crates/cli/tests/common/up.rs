@@ -210,29 +210,33 @@ impl Up {
 
     /// Applies `manifest` with kubectl.
     pub fn apply(&self, manifest: &str) {
-        let mut child = Command::new(super::kubectl())
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        {
-            use std::io::Write as _;
-            child
-                .stdin
-                .take()
-                .expect("stdin")
-                .write_all(manifest.as_bytes())
-                .expect("write the manifest");
-        }
-        let out = child.wait_with_output().expect("kubectl ends");
         assert!(
-            out.status.success(),
-            "kubectl apply: {}",
-            String::from_utf8_lossy(&out.stderr)
+            kubectl_apply(&self.kubeconfig, manifest),
+            "kubectl apply failed"
         );
     }
+}
+
+/// `kubectl apply -f -` of `manifest` against `kubeconfig`: whether the
+/// server acknowledged it (kubectl's error, if not, on stderr).
+pub fn kubectl_apply(kubeconfig: &Path, manifest: &str) -> bool {
+    let mut child = Command::new(super::kubectl())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kubectl runs");
+    {
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(manifest.as_bytes())
+            .expect("write the manifest");
+    }
+    child.wait().is_ok_and(|s| s.success())
 }
