@@ -136,8 +136,18 @@ fn without_cluster_selector(text: &str) -> String {
     out.join("\n") + "\n"
 }
 
+/// us-east's L4 pool with a second node, for an evicted engine to move to.
+fn with_a_spare_l4_node(text: &str) -> String {
+    text.replacen(
+        "nodeCount: 1\n    zones: [us-east-1a]\n",
+        "nodeCount: 2\n    zones: [us-east-1a, us-east-1b]\n",
+        1,
+    )
+}
+
 /// The example fleet with its deployments unpinned (placed by the
-/// scheduler alone, as this test's placements expect), in `dir`.
+/// scheduler alone, as this test's placements expect) and a spare L4
+/// node on us-east, in `dir`.
 fn unpinned_examples(dir: &std::path::Path) -> String {
     let fleet = dir.join("examples");
     std::fs::create_dir_all(&fleet).expect("examples dir");
@@ -146,7 +156,7 @@ fn unpinned_examples(dir: &std::path::Path) -> String {
         let text = std::fs::read_to_string(&path).expect("read example");
         std::fs::write(
             fleet.join(path.file_name().expect("name")),
-            without_cluster_selector(&text),
+            with_a_spare_l4_node(&without_cluster_selector(&text)),
         )
         .expect("write example");
     }
