@@ -389,9 +389,16 @@ impl Workload {
         let node_kind = builtin::node();
         for index in 0..pool.count {
             let node = nodes::node(&pool, resource, provider, index, self.kubelet_port, &stamp);
-            let unchanged = previous
-                .as_ref()
-                .is_some_and(|(p, _)| p == &pool && index < p.count);
+            // A node already there stays as it is when only the count
+            // changed: re-applying it would reset what others set on it
+            // (a user's `kubectl taint`).
+            let unchanged = previous.as_ref().is_some_and(|(p, _)| {
+                index < p.count
+                    && crate::cloud::Pool {
+                        count: pool.count,
+                        ..p.clone()
+                    } == pool
+            });
             if unchanged {
                 continue;
             }

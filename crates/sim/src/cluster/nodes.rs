@@ -80,10 +80,11 @@ pub fn node(
     if !taints.is_empty() {
         spec["taints"] = json!(taints);
     }
+    let managed = serde_json::to_string(&taints).unwrap_or_default();
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": { "name": name, "labels": labels },
+        "metadata": { "name": name, "labels": labels, "annotations": { MANAGED_TAINTS: managed } },
         "spec": spec,
         "status": {
             "capacity": capacity,
