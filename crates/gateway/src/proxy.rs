@@ -496,7 +496,16 @@ async fn read_body(
     if content_length(headers).is_some_and(|n| n > gateway.config.max_body as u64) {
         return Err(too_large(gateway));
     }
-    match Limited::new(body, gateway.config.max_body).collect().await {
+    // A client that stops sending mid-body does not hold its task forever.
+    let idle = gateway.config.idle_timeout;
+    let read = tokio::time::timeout(idle, Limited::new(body, gateway.config.max_body).collect());
+    let Ok(read) = read.await else {
+        return Err(GatewayError::new(
+            ErrorKind::BodyRead,
+            format!("The request body was not received within {idle:?}."),
+        ));
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(gateway)),
         Err(e) => Err(GatewayError::new(
