@@ -100,13 +100,17 @@ fn run(page: &str, repo: &Path, path: &str) -> Result<String, String> {
         .env("PATH", path)
         .env_remove("KUBECONFIG");
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let child = command
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+    // Into files, not pipes: a server the page left in the background
+    // would hold a pipe open, and waiting for its end would never return.
+    let output = tempfile::tempdir().expect("tempdir");
+    let (stdout, stderr) = (output.path().join("out"), output.path().join("err"));
+    let mut child = command
+        .stdout(std::fs::File::create(&stdout).expect("stdout file"))
+        .stderr(std::fs::File::create(&stderr).expect("stderr file"))
         .spawn()
         .expect("bash runs");
     let group = child.id();
-    let out = child.wait_with_output().expect("bash ends");
+    let status = child.wait().expect("bash ends");
     // Whatever the page left running in the background goes with it.
     let _ = Command::new("kill")
         .args(["-KILL", "--", &format!("-{group}")])
@@ -114,11 +118,11 @@ fn run(page: &str, repo: &Path, path: &str) -> Result<String, String> {
         .status();
     let printed = format!(
         "{}\n--- stderr\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        std::fs::read_to_string(&stdout).unwrap_or_default(),
+        std::fs::read_to_string(&stderr).unwrap_or_default()
     );
-    if !out.status.success() {
-        return Err(format!("{page} exited with {}:\n{printed}", out.status));
+    if !status.success() {
+        return Err(format!("{page} exited with {status}:\n{printed}"));
     }
     if git_status(repo) != before {
         return Err(format!("{page} left files in the repository"));

@@ -447,7 +447,7 @@ fn growing_a_pool_adds_a_node(up: &Up) {
         "us-east",
         "--type=json",
         "-p",
-        r#"[{"op":"replace","path":"/spec/nodePools/0/nodeCount","value":2}]"#,
+        r#"[{"op":"test","path":"/spec/nodePools/0/name","value":"l4"},{"op":"replace","path":"/spec/nodePools/0/nodeCount","value":2}]"#,
     ]);
     wait_for(
         "us-east to publish two L4 nodes",
@@ -585,7 +585,7 @@ fn a_second_coder_replica_loads_from_its_peer(up: &Up) {
         "us-west",
         "--type=json",
         "-p",
-        r#"[{"op":"replace","path":"/spec/nodePools/1/nodeCount","value":4}]"#,
+        r#"[{"op":"test","path":"/spec/nodePools/1/name","value":"h200"},{"op":"replace","path":"/spec/nodePools/1/nodeCount","value":4}]"#,
     ]);
     up.kubectl(&[
         "scale",
