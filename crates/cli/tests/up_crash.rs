@@ -105,6 +105,18 @@ fn replicas_per_deployment(up: &Up) -> Vec<(String, usize)> {
     counts.into_iter().collect()
 }
 
+/// The uids of the example's ModelDeployments.
+fn example_uids(up: &Up) -> String {
+    up.kubectl(&[
+        "get",
+        "md",
+        "-n",
+        "ml-team",
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ])
+}
+
 #[test]
 fn a_kill_9_while_applying_loses_no_acknowledged_write_and_duplicates_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -115,14 +127,7 @@ fn a_kill_9_while_applying_loses_no_acknowledged_write_and_duplicates_nothing() 
     first.apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: load\n");
     first.wait_printed("cluster load: ready", Duration::from_secs(180));
     let before = names(&first, &["get", "md,ms,ic,mc", "-A"]);
-    let uids = first.kubectl(&[
-        "get",
-        "md",
-        "-n",
-        "ml-team",
-        "-o",
-        "jsonpath={.items[*].metadata.uid}",
-    ]);
+    let uids = example_uids(&first);
 
     // Apply one after another, recording each write kubectl saw succeed,
     // until the process is gone.
@@ -209,15 +214,5 @@ fn a_kill_9_while_applying_loses_no_acknowledged_write_and_duplicates_nothing() 
     assert_eq!(names(&second, &["get", "md,ms,ic,mc", "-A"]).len(), {
         before.len() + DEPLOYMENTS
     });
-    assert_eq!(
-        second.kubectl(&[
-            "get",
-            "md",
-            "-n",
-            "ml-team",
-            "-o",
-            "jsonpath={.items[*].metadata.uid}",
-        ]),
-        uids
-    );
+    assert_eq!(example_uids(&second), uids);
 }

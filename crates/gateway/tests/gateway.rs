@@ -889,9 +889,8 @@ impl ScriptedEngine {
 
 const BUSY: &str = "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_engine_is_backpressure_never_ejected_and_the_request_goes_elsewhere() {
-    let _serial = SERIAL.lock().await;
+/// A service of two endpoints, one always answering 503, and its gateway.
+async fn busy_and_good() -> (ScriptedEngine, EngineHandle, Harness) {
     let busy = ScriptedEngine::start(BUSY, false).await;
     let good = engine("m");
     let objects = objects(vec![
@@ -900,6 +899,13 @@ async fn a_busy_engine_is_backpressure_never_ejected_and_the_request_goes_elsewh
         endpoint("ml", "good", "g", good.addr),
     ]);
     let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    (busy, good, harness)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_engine_is_backpressure_never_ejected_and_the_request_goes_elsewhere() {
+    let _serial = SERIAL.lock().await;
+    let (busy, _good, harness) = busy_and_good().await;
     for _ in 0..50 {
         let (status, body) = harness.chat("m").await;
         assert_eq!(status, StatusCode::OK, "{body}");
@@ -918,14 +924,7 @@ async fn a_busy_answer_on_a_service_prefix_is_retried_elsewhere_too() {
     // prompt came in under /<namespace>/<service>/v1, not read for a model,
     // and must still go to the replica elsewhere.
     let _serial = SERIAL.lock().await;
-    let busy = ScriptedEngine::start(BUSY, false).await;
-    let good = engine("m");
-    let objects = objects(vec![
-        service("ml", "m", &[(1, "g")]),
-        endpoint("ml", "busy", "g", busy.addr),
-        endpoint("ml", "good", "g", good.addr),
-    ]);
-    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    let (busy, _good, harness) = busy_and_good().await;
     let body =
         json!({ "model": "m", "messages": [{ "role": "user", "content": "hello" }] }).to_string();
     for _ in 0..30 {
