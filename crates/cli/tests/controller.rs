@@ -844,9 +844,14 @@ fn election_steps(server: &Server) {
             .expect("kill")
             .success()
     );
-    let a_before = wait_for("a's probes after waking", WAIT, || {
-        metric(port_a, "modelplane_controller_objects_applied_total")
+    // Its first renewal after waking finds b holding the Lease. A write a
+    // sent before it was stopped completes when it wakes; counting from
+    // when a knows it lost the Lease leaves only writes sent after that.
+    wait_for("a to know it lost the lease", WAIT, || {
+        (metric(port_a, "modelplane_controller_leader") == Some(0.0)).then_some(())
     });
+    let a_before = metric(port_a, "modelplane_controller_objects_applied_total")
+        .expect("a's metrics after waking");
     std::thread::sleep(Duration::from_secs(2));
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=3"]);
     wait_for("the third replica", WAIT, || {

@@ -94,9 +94,12 @@ fn takeable(lease: &Lease, identity: &str) -> bool {
     if holder.is_empty() || holder == identity {
         return true;
     }
-    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+    let duration =
+        jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(15)));
     let renewed = spec.renew_time.as_ref().map(|t| t.0);
-    renewed.is_none_or(|at| jiff::Timestamp::now().duration_since(at).as_secs() > duration)
+    // To the microsecond: whole seconds would keep an expired Lease held for
+    // up to a second longer than its duration.
+    renewed.is_none_or(|at| jiff::Timestamp::now().duration_since(at) > duration)
 }
 
 /// Campaigns for the Lease forever: opens `gate` while leading, closes it
@@ -196,17 +199,21 @@ mod tests {
 
     #[test]
     fn a_lease_is_takeable_when_free_ours_or_expired() {
-        let lease = |holder: &str, renewed_secs_ago: i64| -> Lease {
+        let lease = |holder: &str, renewed_secs_ago: f64| -> Lease {
             let renewed =
-                jiff::Timestamp::now() - jiff::SignedDuration::from_secs(renewed_secs_ago);
+                jiff::Timestamp::now() - jiff::SignedDuration::from_secs_f64(renewed_secs_ago);
             serde_json::from_value(json!({ "metadata": { "name": LEASE_NAME },
                 "spec": { "holderIdentity": holder, "leaseDurationSeconds": 15,
                           "renewTime": renewed.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string() } }))
             .expect("lease")
         };
-        assert!(takeable(&lease("", 0), "me"));
-        assert!(takeable(&lease("me", 0), "me"));
-        assert!(!takeable(&lease("other", 5), "me"));
-        assert!(takeable(&lease("other", 30), "me"));
+        assert!(takeable(&lease("", 0.0), "me"));
+        assert!(takeable(&lease("me", 0.0), "me"));
+        assert!(!takeable(&lease("other", 5.0), "me"));
+        assert!(takeable(&lease("other", 30.0), "me"));
+        assert!(
+            takeable(&lease("other", 15.5), "me"),
+            "half a second past its duration is expired"
+        );
     }
 }
