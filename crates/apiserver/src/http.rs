@@ -659,11 +659,10 @@ fn precondition(object: &Value) -> Result<Option<Revision>, Failure> {
     }
 }
 
-/// Refuses bodies the server cannot read with 415, which tells client-go
-/// to fall back from protobuf to JSON.
+/// Refuses bodies the server cannot read with 415.
 fn check_content_type(method: &Method, headers: &axum::http::HeaderMap) -> Result<(), Failure> {
     let accepted: &[&str] = match *method {
-        Method::POST | Method::PUT => &["application/json"],
+        Method::POST | Method::PUT => &["application/json", crate::protobuf::MEDIA_TYPE],
         Method::PATCH => &[
             "application/merge-patch+json",
             "application/json-patch+json",
@@ -672,17 +671,7 @@ fn check_content_type(method: &Method, headers: &axum::http::HeaderMap) -> Resul
         ],
         _ => return Ok(()),
     };
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|v| {
-            v.split(';')
-                .next()
-                .unwrap_or_default()
-                .trim()
-                .to_ascii_lowercase()
-        });
-    match content_type.as_deref() {
+    match content_type(headers).as_deref() {
         Some(t) if !accepted.contains(&t) => Err(Failure::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "UnsupportedMediaType",
@@ -693,6 +682,31 @@ fn check_content_type(method: &Method, headers: &axum::http::HeaderMap) -> Resul
         )),
         _ => Ok(()),
     }
+}
+
+/// The request's media type, lowercased, without parameters.
+fn content_type(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_ascii_lowercase()
+        })
+}
+
+/// The body as JSON: a protobuf one (kubectl's generators send them) is
+/// decoded into the JSON the store keeps.
+fn json_body(headers: &axum::http::HeaderMap, body: Bytes) -> Result<Bytes, Failure> {
+    if content_type(headers).as_deref() != Some(crate::protobuf::MEDIA_TYPE) {
+        return Ok(body);
+    }
+    let object = crate::protobuf::decode(&body)
+        .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()))?;
+    Ok(Bytes::from(object.to_string()))
 }
 
 async fn handle(
@@ -722,6 +736,10 @@ async fn handle(
             return Failure::new(status, reason, message).into_response();
         }
     };
+    let body = match json_body(&headers, body) {
+        Ok(body) => body,
+        Err(failure) => return failure.into_response(),
+    };
     if method == Method::GET {
         let accept = headers
             .get(header::ACCEPT)
@@ -729,6 +747,9 @@ async fn handle(
             .unwrap_or_default();
         if let Some(response) = aggregated_discovery(&server, uri.path(), accept) {
             return response;
+        }
+        if uri.path().trim_end_matches('/') == "/openapi/v2" {
+            return openapi_v2(&server, accept);
         }
         if let Some(body) = discover(&server, uri.path()) {
             return json_response(StatusCode::OK, &body);
@@ -861,15 +882,32 @@ fn aggregated_discovery(server: &ApiServer, path: &str, accept: &str) -> Option<
     Some(response)
 }
 
+/// `/openapi/v2`, in gnostic's protobuf when asked for it (kubectl does).
+fn openapi_v2(server: &ApiServer, accept: &str) -> Response {
+    use crate::openapi::v2;
+    let document = v2::document(&server.resources());
+    if !accept.contains(v2::PROTOBUF) {
+        return json_response(StatusCode::OK, &document);
+    }
+    // kube-apiserver answers it as octet-stream: client-go cannot parse the
+    // `@` of the media type it asked for.
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/octet-stream")],
+        v2::protobuf(&document),
+    )
+        .into_response()
+}
+
 /// Discovery documents, for the paths that are not resources.
 fn discover(server: &ApiServer, path: &str) -> Option<Value> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match parts.as_slice() {
         ["api"] => Some(discovery::core_versions()),
         ["apis"] => Some(discovery::groups(&server.resources())),
-        ["openapi", "v3"] => Some(crate::openapi::index(&server.resources())),
+        ["openapi", "v3"] => Some(crate::openapi::v3::index(&server.resources())),
         ["openapi", "v3", rest @ ..] => {
-            crate::openapi::document(&server.resources(), &rest.join("/"))
+            crate::openapi::v3::document(&server.resources(), &rest.join("/"))
         }
         ["api", version] => discovery::resource_list(&server.resources(), "", version),
         ["apis", group, version] => discovery::resource_list(&server.resources(), group, version),

@@ -19,6 +19,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod printers;
+pub mod protobuf;
 pub mod resources;
 pub mod selector;
 pub mod serve;

@@ -16,11 +16,13 @@ token and DIR/tls.crt, DIR/tls.key a self-signed certificate (generated on first
 DIR/kubeconfig points kubectl and kube-rs at the server with both (secrets mode 0600). \
 Every acknowledged write is on disk; a restart keeps everything.
 
-Served so far: discovery, OpenAPI v3 (kubectl apply and explain), CRDs (Modelplane's \
-kinds admitted with their CEL rules), the built-in kinds (Namespace, ConfigMap, Secret, \
-Event, Lease, Deployment, Pod, …), get/list/watch/create/replace/patch/delete, status \
-and scale subresources, Tables with printer columns, finalizers and garbage collection; \
-JSON only. See docs/apiserver.md for what is not served yet.
+Served so far: discovery, OpenAPI v3 and v2 (kubectl 1.27 to 1.33 apply, diff and \
+explain), CRDs (Modelplane's kinds admitted with their CEL rules), the built-in kinds \
+(Namespace, ConfigMap, Secret, Event, Lease, Deployment, Pod, …), \
+get/list/watch/create/replace/patch/delete, status and scale subresources, Tables with \
+printer columns, finalizers and garbage collection, logical clusters; bodies in JSON or, \
+for built-in kinds, protobuf (kubectl's generators). See docs/apiserver.md for what is \
+not served yet.
 
 Examples:
   modelplane apiserver --data-dir ./mp-data

@@ -32,6 +32,8 @@ fn kubectl_at(kubeconfig: &Path, cache: &Path) -> Command {
 struct Server {
     child: Child,
     kubeconfig: PathBuf,
+    /// The kubectl `kubectl()` runs.
+    binary: PathBuf,
 }
 
 impl Server {
@@ -51,11 +53,30 @@ impl Server {
         Server {
             child,
             kubeconfig: dir.join("kubeconfig"),
+            binary: kubectl(),
         }
     }
 
+    /// The same server, driven by the kubectl at `binary`.
+    fn driven_by(mut self, binary: &Path) -> Server {
+        self.binary = binary.to_path_buf();
+        self
+    }
+
+    /// kubectl with the server's kubeconfig and `cache` as its cache.
+    fn command(&self, cache: &Path) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(cache);
+        command
+    }
+
     fn kubectl(&self, cache: &Path, args: &[&str]) -> (bool, String, String) {
-        let out = kubectl_at(&self.kubeconfig, cache)
+        let out = self
+            .command(cache)
             .args(args)
             .output()
             .expect("kubectl runs");
@@ -97,8 +118,7 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     )
     .expect("manifest");
     let manifest = manifest.to_string_lossy().to_string();
-    // No OpenAPI yet, so no client-side validation.
-    let (ok, out, err) = server.kubectl(&cache, &["create", "-f", &manifest, "--validate=false"]);
+    let (ok, out, err) = server.kubectl(&cache, &["create", "-f", &manifest]);
     assert!(
         ok && out.contains("configmap/settings created"),
         "{out}{err}"
@@ -251,42 +271,67 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     );
 }
 
+/// The kubectl versions the tests drive: 1.27 (the oldest supported, which
+/// validates against `/openapi/v2` and sends JSON) and 1.33 (OpenAPI v3,
+/// protobuf bodies), else the one on the PATH.
+fn versions() -> Vec<PathBuf> {
+    let sdk: Vec<PathBuf> = ["1.27", "1.33"]
+        .iter()
+        .filter_map(|v| sdk_kubectl(v))
+        .collect();
+    if sdk.is_empty() { vec![kubectl()] } else { sdk }
+}
+
 #[test]
 fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let cache = dir.path().join("kube-cache");
-    let server = Server::start(&dir.path().join("data"));
-    let crds = dir.path().join("crds.yaml");
+    for binary in versions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = Server::start(&dir.path().join("data")).driven_by(&binary);
+        apply_get_scale_explain(&server, dir.path());
+    }
+}
+
+fn apply_get_scale_explain(server: &Server, dir: &Path) {
+    let cache = dir.join("kube-cache");
+    let version = server.binary.display();
+    let crds = dir.join("crds.yaml");
     let out = Command::new(env!("CARGO_BIN_EXE_modelplane"))
         .arg("crds")
         .output()
         .expect("modelplane crds");
     std::fs::write(&crds, &out.stdout).expect("crds.yaml");
-    let (ok, out, err) = server.kubectl(
-        &cache,
-        &["create", "-f", &crds.to_string_lossy(), "--validate=false"],
-    );
-    assert!(ok, "{err}");
+    let (ok, out, err) = server.kubectl(&cache, &["apply", "-f", &crds.to_string_lossy()]);
+    assert!(ok, "{version}: {err}");
     assert_eq!(
         out.lines().filter(|l| l.ends_with(" created")).count(),
         14,
         "{out}"
     );
 
+    // As the README does, validated by kubectl against the server's OpenAPI.
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/fleet");
-    let (ok, out, err) = server.kubectl(
-        &cache,
-        &[
-            "create",
-            "-f",
-            &examples.to_string_lossy(),
-            "--validate=false",
-        ],
-    );
-    assert!(ok, "{out}{err}");
+    let (ok, out, err) = server.kubectl(&cache, &["apply", "-f", &examples.to_string_lossy()]);
+    assert!(ok, "{version}: {out}{err}");
     assert!(
         out.contains("modeldeployment.modelplane.ai/qwen3-8b created"),
         "{out}"
+    );
+    // Nothing differs from the files just applied.
+    let (ok, out, err) = server.kubectl(&cache, &["diff", "-f", &examples.to_string_lossy()]);
+    assert!(ok && out.is_empty(), "{version}: {out}{err}");
+    // A kind nobody serves is named as Kubernetes names it.
+    let typo = dir.join("typo.yaml");
+    std::fs::write(
+        &typo,
+        "apiVersion: modelplane.ai/v1alpha1\nkind: ModelDeploymen\nmetadata:\n  name: x\n",
+    )
+    .expect("typo");
+    let (ok, _, err) = server.kubectl(&cache, &["apply", "-f", &typo.to_string_lossy()]);
+    assert!(
+        !ok && err.contains(
+            r#"no matches for kind "ModelDeploymen" in version "modelplane.ai/v1alpha1""#
+        ),
+        "{version}: {err}"
     );
     let (ok, out, err) = server.kubectl(&cache, &["get", "ic", "-o", "name"]);
     assert!(ok, "{err}");
@@ -330,12 +375,39 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
         );
     }
 
-    // kubectl scale through the scale subresource; the parent's rules still hold.
+    // kubectl scale through the scale subresource; the parent's rules still
+    // hold. kubectl get -w prints each change with the kind's columns.
+    let watcher = server
+        .command(&cache)
+        .args(["get", "md", "-n", "ml-team", "-w", "--request-timeout=3s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl get -w");
+    std::thread::sleep(std::time::Duration::from_millis(1000));
     let (ok, _, err) = server.kubectl(
         &cache,
         &["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=3"],
     );
     assert!(ok, "{err}");
+    let watched = String::from_utf8_lossy(&watcher.wait_with_output().expect("watch ends").stdout)
+        .to_string();
+    let rows: Vec<&str> = watched
+        .lines()
+        .filter(|l| l.starts_with("qwen3-8b "))
+        .collect();
+    assert!(
+        watched.starts_with("NAME") && rows.len() >= 2,
+        "{version}: {watched}"
+    );
+    // Every row, the change's too, ends with the AGE column.
+    assert!(
+        rows.iter().all(|row| row
+            .split_whitespace()
+            .last()
+            .is_some_and(|age| age.ends_with('s') || age.ends_with('m'))),
+        "{version}: {watched}"
+    );
     let (_, out, _) = server.kubectl(
         &cache,
         &[
@@ -365,7 +437,7 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
         "{out}{err}"
     );
     // Applying a change configures the object.
-    let changed = dir.path().join("qwen3-8b.yaml");
+    let changed = dir.join("qwen3-8b.yaml");
     let text = std::fs::read_to_string(examples.join("qwen3-8b.yaml")).expect("example");
     std::fs::write(&changed, text.replace("replicas: 2", "replicas: 4")).expect("changed");
     let (ok, out, err) = server.kubectl(&cache, &["apply", "-f", &changed.to_string_lossy()]);
@@ -382,7 +454,8 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
     );
 
     // kubectl wait watches for a condition a controller sets through the status subresource.
-    let waiter = kubectl_at(&server.kubeconfig, &cache)
+    let waiter = server
+        .command(&cache)
         .args([
             "wait",
             "--for=condition=Ready",
@@ -420,7 +493,7 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
     // Server-side apply: field managers own what they apply; a second
     // manager changing it conflicts unless it forces.
     let ssa = |replicas: &str, manager: &str, force: bool| {
-        let file = dir.path().join(format!("ssa-{manager}-{replicas}.yaml"));
+        let file = dir.join(format!("ssa-{manager}-{replicas}.yaml"));
         std::fs::write(
             &file,
             text.replace("replicas: 2", &format!("replicas: {replicas}")),
@@ -490,7 +563,7 @@ fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
     );
 
     // Unknown fields: kubectl asks for strict field validation.
-    let manifest = dir.path().join("unknown-field.yaml");
+    let manifest = dir.join("unknown-field.yaml");
     std::fs::write(
         &manifest,
         "apiVersion: modelplane.ai/v1alpha1\nkind: ModelService\nmetadata:\n  name: typo\n  namespace: ml-team\nspec:\n  endpointz: []\n",
@@ -559,7 +632,7 @@ fn kubectl_of_two_versions_works_in_two_logical_clusters_each_seeing_only_its_ow
         "clusters.yaml",
         "apiVersion: tenancy.modelplane.ai/v1alpha1\nkind: LogicalCluster\nmetadata:\n  name: team-a\n---\napiVersion: tenancy.modelplane.ai/v1alpha1\nkind: LogicalCluster\nmetadata:\n  name: team-b\n",
     );
-    let (ok, out, err) = server.kubectl(&cache, &["create", "-f", &clusters, "--validate=false"]);
+    let (ok, out, err) = server.kubectl(&cache, &["create", "-f", &clusters]);
     assert!(ok, "{out}{err}");
     let (ok, out, err) = server.kubectl(&cache, &["get", "logicalclusters", "-o", "name"]);
     assert!(ok, "{err}");
@@ -601,8 +674,7 @@ fn kubectl_of_two_versions_works_in_two_logical_clusters_each_seeing_only_its_ow
                     "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {cluster}-{i}\ndata:\n  owner: {cluster}\n"
                 ),
             );
-            let (ok, out, err) =
-                in_cluster(cluster, &["create", "-f", &manifest, "--validate=false"]);
+            let (ok, out, err) = in_cluster(cluster, &["create", "-f", &manifest]);
             assert!(ok, "{binary:?} {cluster}: {out}{err}");
         }
         for cluster in ["team-a", "team-b"] {
@@ -622,4 +694,228 @@ fn kubectl_of_two_versions_works_in_two_logical_clusters_each_seeing_only_its_ow
     // The root sees none of theirs.
     let (ok, out, err) = server.kubectl(&cache, &["get", "configmaps", "-o", "name"]);
     assert!(ok && out.is_empty(), "{out}{err}");
+}
+
+/// Each generator `kubectl create …`, `run` and `expose` use, with `NAME`
+/// for the object's name.
+const GENERATORS: &[&[&str]] = &[
+    &["create", "namespace", "NAME"],
+    &[
+        "create",
+        "secret",
+        "generic",
+        "NAME",
+        "--from-file=kubeconfig=KUBECONFIG",
+        "--from-literal=region=us-east",
+    ],
+    &[
+        "create",
+        "configmap",
+        "NAME",
+        "--from-literal=a=b",
+        "--from-literal=empty=",
+    ],
+    &[
+        "create",
+        "deployment",
+        "NAME",
+        "--image=vllm/vllm-openai:v0.11.0",
+        "--replicas=2",
+        "--port=8000",
+    ],
+    &[
+        "run",
+        "NAME",
+        "--image=busybox",
+        "--env=A=B",
+        "--labels=app=NAME",
+        "--port=8080",
+        "--command",
+        "--",
+        "sleep",
+        "3600",
+    ],
+    &[
+        "expose",
+        "deployment",
+        "gen-p-3",
+        "--name=NAME",
+        "--port=80",
+        "--target-port=8000",
+    ],
+    &["create", "service", "nodeport", "NAME", "--tcp=80:8080"],
+    &[
+        "create",
+        "job",
+        "NAME",
+        "--image=busybox",
+        "--",
+        "echo",
+        "hi",
+    ],
+    &["create", "quota", "NAME", "--hard=cpu=1,memory=1Gi,pods=2"],
+    &[
+        "create",
+        "priorityclass",
+        "NAME",
+        "--value=1000",
+        "--description=serving",
+    ],
+    &["create", "serviceaccount", "NAME"],
+    &[
+        "create",
+        "clusterrole",
+        "NAME",
+        "--verb=get,list",
+        "--resource=pods",
+    ],
+    &[
+        "create",
+        "clusterrolebinding",
+        "NAME",
+        "--clusterrole=view",
+        "--user=alice",
+    ],
+];
+
+/// A stored object with what differs between two creations of the same
+/// thing left out: its name (wherever it appears), uid, version and times.
+fn normalized(object: &str, name: &str) -> serde_json::Value {
+    let mut object: serde_json::Value = serde_json::from_str(object).expect("JSON");
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        for field in [
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "managedFields",
+        ] {
+            metadata.remove(field);
+        }
+    }
+    serde_json::from_str(&object.to_string().replace(name, "NAME")).expect("JSON")
+}
+
+#[test]
+fn kubectl_generators_of_both_versions_create_what_the_same_object_in_json_would() {
+    for binary in versions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let server = Server::start(&dir.path().join("data")).driven_by(&binary);
+        let cache = dir.path().join("kube-cache");
+        let version = binary.display();
+        let kubeconfig = server.kubeconfig.to_string_lossy().to_string();
+        for (i, generator) in GENERATORS.iter().enumerate() {
+            let (direct, via_json) = (format!("gen-p-{i}"), format!("gen-j-{i}"));
+            let args = |name: &str| -> Vec<String> {
+                generator
+                    .iter()
+                    .map(|a| a.replace("NAME", name).replace("KUBECONFIG", &kubeconfig))
+                    .collect()
+            };
+            // Sent the generator's way: protobuf from kubectl 1.32 on.
+            let direct_args = args(&direct);
+            let direct_args: Vec<&str> = direct_args.iter().map(String::as_str).collect();
+            let (ok, out, err) = server.kubectl(&cache, &direct_args);
+            assert!(ok, "{version} {direct_args:?}: {out}{err}");
+            // The same object printed as JSON, then created from the file.
+            let mut dry = args(&via_json);
+            dry.splice(
+                1..1,
+                ["--dry-run=client".into(), "-o".into(), "json".into()],
+            );
+            let dry: Vec<&str> = dry.iter().map(String::as_str).collect();
+            let (ok, json, err) = server.kubectl(&cache, &dry);
+            assert!(ok, "{version} {dry:?}: {err}");
+            let file = dir.path().join(format!("{via_json}.json"));
+            std::fs::write(&file, &json).expect("json file");
+            let (ok, out, err) = server.kubectl(&cache, &["create", "-f", &file.to_string_lossy()]);
+            assert!(ok, "{version} {dry:?}: {out}{err}");
+            let object: serde_json::Value = serde_json::from_str(&json).expect("dry run JSON");
+            let kind = object["kind"].as_str().expect("kind").to_lowercase();
+            let stored = |name: &str| {
+                let (ok, out, err) = server.kubectl(&cache, &["get", &kind, name, "-o", "json"]);
+                assert!(ok, "{version}: {err}");
+                normalized(&out, name)
+            };
+            assert_eq!(
+                stored(&direct),
+                stored(&via_json),
+                "{version} {generator:?}"
+            );
+        }
+
+        // label, annotate, edit (the editor scripted) and rollout status.
+        let deployment = "gen-p-3";
+        let (ok, _, err) =
+            server.kubectl(&cache, &["label", "deployment", deployment, "tier=serving"]);
+        assert!(ok, "{version}: {err}");
+        let (ok, _, err) = server.kubectl(
+            &cache,
+            &["annotate", "deployment", deployment, "owner=ml-team"],
+        );
+        assert!(ok, "{version}: {err}");
+        let editor = dir.path().join("editor.sh");
+        std::fs::write(
+            &editor,
+            "#!/bin/sh\nsed -i 's/replicas: 2/replicas: 3/' \"$1\"\n",
+        )
+        .expect("editor");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let out = server
+            .command(&cache)
+            .args(["edit", "deployment", deployment])
+            .env("KUBE_EDITOR", &editor)
+            .output()
+            .expect("kubectl edit");
+        assert!(
+            out.status.success(),
+            "{version}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (_, out, _) = server.kubectl(
+            &cache,
+            &[
+                "get",
+                "deployment",
+                deployment,
+                "-o",
+                "jsonpath={.spec.replicas} {.metadata.labels.tier} {.metadata.annotations.owner} {.metadata.generation}",
+            ],
+        );
+        let fields: Vec<&str> = out.split(' ').collect();
+        assert_eq!(fields[..3], ["3", "serving", "ml-team"], "{version}: {out}");
+        // The status a controller would write: every replica updated and available.
+        let status = serde_json::json!({ "status": {
+            "observedGeneration": fields[3].parse::<i64>().expect("generation"),
+            "replicas": 3, "updatedReplicas": 3, "readyReplicas": 3, "availableReplicas": 3,
+            "conditions": [{ "type": "Available", "status": "True", "reason": "MinimumReplicasAvailable" }],
+        } });
+        let (ok, _, err) = server.kubectl(
+            &cache,
+            &[
+                "patch",
+                "deployment",
+                deployment,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status.to_string(),
+            ],
+        );
+        assert!(ok, "{version}: {err}");
+        let (ok, out, err) = server.kubectl(
+            &cache,
+            &[
+                "rollout",
+                "status",
+                "deployment",
+                deployment,
+                "--timeout=10s",
+            ],
+        );
+        assert!(
+            ok && out.contains("successfully rolled out"),
+            "{version}: {out}{err}"
+        );
+    }
 }

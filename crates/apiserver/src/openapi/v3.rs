@@ -9,34 +9,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
+use super::{collection_path, field_validation, gvk, hash, kind_schema, schema_name, segment};
 use crate::resources::Resource;
-
-/// `group/version` path segment: `api/v1` or `apis/GROUP/VERSION`.
-fn segment(r: &Resource) -> String {
-    if r.group.is_empty() {
-        format!("api/{}", r.version)
-    } else {
-        format!("apis/{}/{}", r.group, r.version)
-    }
-}
-
-/// A stable content hash for cache busting (FNV-1a over the document).
-fn hash(text: &str) -> String {
-    let h = text.bytes().fold(0xcbf29ce484222325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
-    });
-    format!("{h:016X}")
-}
-
-/// Schema name of a kind: reversed group, version, kind (`ai.modelplane.v1alpha1.ModelDeployment`).
-fn schema_name(r: &Resource) -> String {
-    let group: Vec<&str> = if r.group.is_empty() {
-        vec!["core"]
-    } else {
-        r.group.split('.').rev().collect()
-    };
-    format!("{}.{}.{}", group.join("."), r.version, r.kind)
-}
 
 /// One group version's document, or `None` when nothing is served there.
 pub fn document(resources: &[Resource], path: &str) -> Option<Value> {
@@ -44,19 +18,17 @@ pub fn document(resources: &[Resource], path: &str) -> Option<Value> {
     if served.is_empty() {
         return None;
     }
-    let field_validation = json!({
-        "name": "fieldValidation", "in": "query", "schema": { "type": "string", "uniqueItems": true },
-        "description": "Strict, Warn or Ignore: how the server treats unknown or duplicate fields",
-    });
+    // v3 types a parameter by its schema.
+    let mut field_validation = field_validation();
+    if let Some(parameter) = field_validation.as_object_mut() {
+        parameter.remove("type");
+    }
+    field_validation["schema"] = json!({ "type": "string", "uniqueItems": true });
     let mut paths = serde_json::Map::new();
     let mut schemas = serde_json::Map::new();
     for r in served {
-        let gvk = json!({ "group": r.group, "version": r.version, "kind": r.kind });
-        let collection = if r.namespaced {
-            format!("/{path}/namespaces/{{namespace}}/{}", r.plural)
-        } else {
-            format!("/{path}/{}", r.plural)
-        };
+        let gvk = gvk(r);
+        let collection = collection_path(r);
         let reference = json!({ "$ref": format!("#/components/schemas/{}", schema_name(r)) });
         let body = json!({ "content": { "application/json": { "schema": reference } } });
         let ok = json!({ "200": { "description": "OK", "content": { "application/json": { "schema": reference } } } });
@@ -86,11 +58,7 @@ pub fn document(resources: &[Resource], path: &str) -> Option<Value> {
                 "delete": operation("delete", false),
             }),
         );
-        let mut schema = r.schema.as_deref().cloned().unwrap_or_else(
-            || json!({ "type": "object", "x-kubernetes-preserve-unknown-fields": true }),
-        );
-        schema["x-kubernetes-group-version-kind"] = json!([gvk]);
-        schemas.insert(schema_name(r), schema);
+        schemas.insert(schema_name(r), kind_schema(r));
     }
     Some(json!({
         "openapi": "3.0.0",
