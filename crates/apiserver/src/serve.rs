@@ -31,7 +31,18 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Address to listen on (loopback unless told otherwise).
     pub listen: SocketAddr,
+    /// Connections open at once; beyond that new clients wait in the
+    /// kernel's backlog until one closes.
+    pub max_connections: usize,
 }
+
+/// Connections the API server holds open at once unless told otherwise:
+/// every controller watch is one, so room for a large fleet's.
+pub const MAX_CONNECTIONS: usize = 4096;
+
+/// How long requests in flight have to finish once the server is told to
+/// stop (watches end at once).
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Writes `contents` to `path` readable by the owner only.
 fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
@@ -227,44 +238,47 @@ pub async fn serve_clusters(
     tasks.spawn("gc-sweep", crate::gc::sweep(clusters.root().clone()));
     tasks.spawn("compaction", compact_periodically(clusters.clone()));
     ready(addr, &path, &clusters);
-    tokio::pin!(shutdown);
-    loop {
-        let tcp = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                // Out of descriptors and the like: back off, keep serving.
-                Err(_) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => {
-                tasks.shutdown().await;
-                // And what requests left running (every cluster of the
-                // store shares one owner).
-                clusters.root().tasks().shutdown().await;
-                return Ok(());
+    let requests = clusters.root().tasks().clone();
+    let shutdown = async move {
+        shutdown.await;
+        // Watches stream until their task stops: end them, so the drain
+        // waits only for requests that finish.
+        requests.shutdown().await;
+    };
+    modelplane_listener::accept(
+        listener,
+        config.max_connections,
+        shutdown,
+        DRAIN,
+        |tcp, watcher| {
+            let (acceptor, app) = (acceptor.clone(), app.clone());
+            async move {
+                // A failed or stalled handshake concerns that client only.
+                let Ok(Ok(tls)) =
+                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                else {
+                    return;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app);
+                let mut builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT);
+                let connection =
+                    builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                let _ = watcher.watch(connection).await;
             }
-        };
-        let (acceptor, app) = (acceptor.clone(), app.clone());
-        tasks.spawn("connection", async move {
-            // A failed or stalled handshake concerns that client only.
-            let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-            else {
-                return;
-            };
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let mut builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            builder
-                .http1()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT);
-            let _ = builder
-                .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
-                .await;
-        });
-    }
+        },
+    )
+    .await;
+    tasks.shutdown().await;
+    // And what requests left running (every cluster of the store shares
+    // one owner).
+    clusters.root().tasks().shutdown().await;
+    Ok(())
 }
 
 /// Time a client has to complete its TLS handshake.

@@ -37,6 +37,7 @@ async fn start(dir: &std::path::Path) -> Running {
     let config = ServeConfig {
         data_dir: dir.to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("addr"),
+        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
     };
     let task = tokio::spawn(serve_clusters(
         config,

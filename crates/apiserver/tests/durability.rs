@@ -34,6 +34,7 @@ fn durability_server_child() {
     let config = modelplane_apiserver::serve::Config {
         data_dir: dir.into(),
         listen: "127.0.0.1:0".parse().expect("addr"),
+        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
     };
     modelplane_apiserver::serve::run(config, |_, _| println!("ready")).expect("serve");
 }

@@ -386,6 +386,7 @@ async fn over_tcp_and_tls_with_the_kubeconfig_it_writes() {
     let config = ServeConfig {
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("addr"),
+        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
     };
     let server = tokio::spawn(serve(
         config,
@@ -419,6 +420,99 @@ async fn over_tcp_and_tls_with_the_kubeconfig_it_writes() {
     let api: Api<ConfigMap> = Api::default_namespaced(Client::try_from(config).expect("client"));
     assert!(matches!(api.get("tcp").await, Err(kube::Error::Api(e)) if e.code == 401));
     server.abort();
+}
+
+/// `modelplane apiserver` over TCP with at most `max_connections`, stopped
+/// by the sender; its kubeconfig's path.
+async fn serving(
+    dir: &std::path::Path,
+    max_connections: usize,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+    kube::config::Kubeconfig,
+) {
+    use modelplane_apiserver::serve::{Config as ServeConfig, serve};
+    let (ready, path) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = ServeConfig {
+        data_dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        max_connections,
+    };
+    let server = tokio::spawn(serve(
+        config,
+        move |_, p| drop(ready.send(p.to_path_buf())),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(path.await.expect("ready")).expect("kubeconfig");
+    (stop, server, kubeconfig)
+}
+
+/// A client with its own connections.
+async fn tcp_client(kubeconfig: &kube::config::Kubeconfig) -> Client {
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig.clone(), &Default::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_its_connection_cap_a_client_waits_for_one_to_close() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (stop, server, kubeconfig) = serving(dir.path(), 1).await;
+    let watching: Api<ConfigMap> = Api::default_namespaced(tcp_client(&kubeconfig).await);
+    let watch = watching
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .expect("a watch holds the one connection");
+    let other: Api<ConfigMap> = Api::default_namespaced(tcp_client(&kubeconfig).await);
+    let waited = tokio::time::timeout(
+        Duration::from_millis(500),
+        other.list(&ListParams::default()),
+    )
+    .await;
+    assert!(
+        waited.is_err(),
+        "the second client waits while the watch holds the slot"
+    );
+    drop(watch);
+    drop(watching);
+    let listed = tokio::time::timeout(Duration::from_secs(10), other.list(&ListParams::default()))
+        .await
+        .expect("served once the watch's connection closed");
+    assert!(listed.expect("list").items.is_empty());
+    let _ = stop.send(());
+    let _ = server.await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopping_ends_watches_at_once_and_the_server_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (stop, server, kubeconfig) = serving(dir.path(), 16).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(tcp_client(&kubeconfig).await);
+    let mut watch = api
+        .watch(&kube::api::WatchParams::default(), "0")
+        .await
+        .expect("watch")
+        .boxed();
+    let started = std::time::Instant::now();
+    let _ = stop.send(());
+    // The stream ends (cleanly or cut), well inside the drain period.
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = watch.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the watch ended when the server stopped");
+    tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .expect("the server returns without waiting out its drain")
+        .expect("joins")
+        .expect("serves");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test]

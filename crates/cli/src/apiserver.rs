@@ -35,6 +35,11 @@ pub struct ApiserverArgs {
     /// Address to listen on; port 0 picks a free one.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6443")]
     listen: SocketAddr,
+    /// Connections open at once (each watch holds one); beyond that new
+    /// clients wait until one closes.
+    #[arg(long, value_name = "N", default_value_t = modelplane_apiserver::serve::MAX_CONNECTIONS as u32,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
 }
 
 /// Serves until Ctrl-C.
@@ -48,6 +53,7 @@ pub fn run(args: &ApiserverArgs) -> anyhow::Result<()> {
     let config = Config {
         data_dir: args.data_dir.clone(),
         listen: args.listen,
+        max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
     };
     serve(config, |addr, kubeconfig| {
         println!(

@@ -76,54 +76,25 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
         .timer(hyper_util::rt::TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192));
-    tokio::pin!(shutdown);
-    // Connections belong to this future: dropping it (a crash, a stopped
-    // supervisor) closes every one of them at once.
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        while connections.try_join_next().is_some() {}
-        // At the cap, wait for a connection to close before accepting more.
-        let slot = tokio::select! {
-            slot = slots.clone().acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
-        };
-        let tcp = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    // Out of descriptors and the like: back off, keep serving.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = tcp.set_nodelay(true);
-        let service = hyper::service::service_fn(handler.clone());
-        let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
-        let connection = graceful.watch(connection);
-        connections.spawn(async move {
-            let _ = connection.await;
-            drop(slot);
-        });
-    }
-    tracing::info!("shutting down: draining requests in flight");
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("requests still in flight after {drain:?}; closing them");
-    }
+    modelplane_listener::accept(
+        listener,
+        limits.max_connections,
+        shutdown,
+        drain,
+        |tcp, watcher| {
+            let service = hyper::service::service_fn(handler.clone());
+            let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
+            let connection = watcher.watch(connection);
+            async move {
+                let _ = connection.await;
+            }
+        },
+    )
+    .await;
     Ok(())
 }

@@ -50,6 +50,7 @@ pub fn serve_if_child() -> bool {
     let config = ServeConfig {
         data_dir: dir.into(),
         listen: "127.0.0.1:0".parse().expect("addr"),
+        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
     };
     run(config, |_, _| println!("ready")).expect("serve");
     true

@@ -216,6 +216,7 @@ async fn start_apiserver(
     let config = modelplane_apiserver::serve::Config {
         data_dir: args.data_dir.clone(),
         listen: args.listen,
+        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
     };
     let listen = args.listen;
     let stopping = supervisor.stopping();
