@@ -121,6 +121,16 @@ fn why_not_placed_then_placed(up: &Up) {
         let replicas = up.kubectl(&["get", "mr", "-n", "ml-team"]);
         (!replicas.contains("qwen3-big-")).then_some(())
     });
+    // And its pods, wherever it ran, so what follows sees only the rest.
+    wait_for("its pods gone", Duration::from_secs(60), || {
+        ["us-east", "us-west"]
+            .iter()
+            .all(|cluster| {
+                !up.kubectl_on(cluster, &["get", "pods", "-n", "ml-team", "-o", "name"])
+                    .contains("qwen3-big-")
+            })
+            .then_some(())
+    });
 }
 
 fn an_unreachable_cluster_deletes_nothing(up: &Up) {
