@@ -384,19 +384,35 @@ async fn a_live_watch_sees_writes_made_after_it_started() {
 }
 
 #[tokio::test]
-async fn bodies_other_than_json_are_unsupported_media() {
+async fn bodies_other_than_json_or_protobuf_are_unsupported_media() {
     let f = Fixture::new();
-    let request = Request::builder()
-        .method(Method::POST)
-        .uri(CM)
-        .header("content-type", "application/vnd.kubernetes.protobuf")
-        .body(Body::from(vec![0x6b, 0x38, 0x73, 0x00]))
-        .expect("request");
-    let response = router(f.server.clone())
-        .oneshot(request)
+    let send = |content_type: &str, body: Vec<u8>| {
+        let request = Request::builder()
+            .method(Method::POST)
+            .uri(CM)
+            .header("content-type", content_type)
+            .body(Body::from(body))
+            .expect("request");
+        router(f.server.clone()).oneshot(request)
+    };
+    let response = send("application/cbor", vec![0xa0])
         .await
         .expect("response");
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // Protobuf is read; an envelope with nothing in it names what is wrong.
+    let response = send(
+        "application/vnd.kubernetes.protobuf",
+        vec![0x6b, 0x38, 0x73, 0x00],
+    )
+    .await
+    .expect("response");
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let body = response.into_body().collect().await.expect("body");
+    let status: Value = serde_json::from_slice(&body.to_bytes()).expect("a Status");
+    assert_eq!(
+        status["message"],
+        "the protobuf envelope cannot be decoded: it names no kind"
+    );
 }
 
 #[tokio::test]

@@ -66,6 +66,9 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
         _ => return Err(ProtobufError::Envelope("it names no kind".into())),
     };
     let (api_version, kind) = (text(&type_meta, 1), text(&type_meta, 2));
+    if kind.is_empty() {
+        return Err(ProtobufError::Envelope("it names no kind".into()));
+    }
     let encoding = text(&unknown, 3);
     if !encoding.is_empty() {
         return Err(ProtobufError::Envelope(format!(
