@@ -14,6 +14,7 @@ pub mod http;
 pub mod jsonpath;
 pub mod keyspace;
 pub mod logs;
+pub mod metrics;
 pub mod namespaces;
 pub mod object;
 pub mod openapi;

@@ -100,13 +100,28 @@ async fn every_api_verb_and_patch_type() {
     assert!(matches!(api.get("a").await, Err(kube::Error::Api(e)) if e.code == 404));
 }
 
+/// The count `/metrics` shows for `series` (0 when never counted).
+fn counted(server: &ApiServer, series: &str) -> u64 {
+    server
+        .metrics()
+        .encode()
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 #[tokio::test]
-async fn a_watcher_survives_an_expired_resource_version_by_relisting() {
+async fn a_watcher_that_falls_behind_compaction_gets_410_and_lists_again() {
+    const EXPIRED: &str = r#"apiserver_watch_events_total{type="ERROR",resource="configmaps"}"#;
+    const LISTS: &str =
+        r#"apiserver_request_total{verb="LIST",resource="configmaps",subresource="",code="200"}"#;
     let (_dir, server, client) = client();
-    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
     api.create(&PostParams::default(), &cm("first"))
         .await
         .expect("create");
+    // After its list, the watcher watches from the list's version: when it
+    // is next polled, which is after the compaction below.
     let mut events = watcher(api.clone(), watcher::Config::default().timeout(1))
         .applied_objects()
         .boxed();
@@ -114,20 +129,45 @@ async fn a_watcher_survives_an_expired_resource_version_by_relisting() {
         .await
         .expect("in time");
     assert_eq!(first.expect("event").expect("object").name_any(), "first");
-    // Compact away everything the watcher has seen, then change things.
+    assert_eq!(counted(&server, LISTS), 1, "the watcher's first list");
+    // The store moves on where this watcher does not look, and is compacted
+    // past everything it saw: the version it watches from is too old.
+    let elsewhere: Api<ConfigMap> = Api::namespaced(client, "kube-public");
+    for name in ["a", "b", "c"] {
+        elsewhere
+            .create(&PostParams::default(), &cm(name))
+            .await
+            .expect("create elsewhere");
+    }
     let now = server.store().revision().expect("revision");
     server.store().compact(now).expect("compact");
+    let watching = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while !seen.contains(&"second".to_string()) {
+            match events.next().await {
+                Some(Ok(object)) => seen.push(object.name_any()),
+                Some(Err(_)) => {} // the 410, after which the watcher lists again
+                None => break,
+            }
+        }
+        seen
+    });
+    // What the server sent: the 410 in the resumed watch's stream, then the
+    // watcher's second list.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while counted(&server, LISTS) < 2 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(counted(&server, EXPIRED), 1, "one 410 sent");
+    assert_eq!(counted(&server, LISTS), 2, "then the watcher listed again");
     api.create(&PostParams::default(), &cm("second"))
         .await
         .expect("create");
-    let mut seen = Vec::new();
-    while !seen.contains(&"second".to_string()) {
-        match tokio::time::timeout(Duration::from_secs(10), events.next()).await {
-            Ok(Some(Ok(object))) => seen.push(object.name_any()),
-            Ok(Some(Err(_))) => {} // the 410, after which the watcher re-lists
-            other => panic!("watcher stopped: {other:?}"),
-        }
-    }
+    let seen = tokio::time::timeout(Duration::from_secs(10), watching)
+        .await
+        .expect("the relisted watcher sees the next change")
+        .expect("joins");
+    assert_eq!(seen.last().map(String::as_str), Some("second"));
 }
 
 #[tokio::test]

@@ -87,6 +87,8 @@ pub struct Shared {
     /// terminations, watch streams), stopped with the server.
     tasks: modelplane_supervisor::Supervisor,
     schemas: std::sync::Mutex<std::collections::HashMap<String, Interned>>,
+    /// What the server answered, for `/metrics`.
+    metrics: crate::metrics::Metrics,
 }
 
 struct Interned {
@@ -160,6 +162,11 @@ impl ApiServer {
     /// Owns the work requests leave running after they answer.
     pub fn tasks(&self) -> &modelplane_supervisor::Supervisor {
         &self.shared.tasks
+    }
+
+    /// What the server answered, counted.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.shared.metrics
     }
 
     /// What this server shares with the other clusters of its store.
@@ -248,6 +255,7 @@ pub fn router(server: Arc<ApiServer>) -> Router {
         .route("/healthz", axum::routing::get(healthy))
         .route("/readyz", axum::routing::get(healthy))
         .route("/livez", axum::routing::get(healthy))
+        .route("/metrics", axum::routing::get(metrics))
         .fallback(handle)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(server)
@@ -263,6 +271,14 @@ async fn healthy() -> Response {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+async fn metrics(State(server): State<Arc<ApiServer>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        server.metrics().encode(),
+    )
+        .into_response()
 }
 
 async fn version() -> Response {
@@ -592,13 +608,24 @@ async fn handle(
         };
         // A write that lost a race to another is run again (a few times).
         let mut attempts = 0;
-        loop {
+        let answer = loop {
             attempts += 1;
             match dispatch(&server, &target, &method, &uri, &headers, &query, &body).await {
                 Err(failure) if failure.race && attempts < RACE_RETRIES => continue,
-                other => return other,
+                other => break other,
             }
-        }
+        };
+        let code = match &answer {
+            Ok(response) => response.status(),
+            Err(failure) => failure.code,
+        };
+        server.metrics().request(crate::metrics::RequestLabels {
+            verb: verb(&method, &target, &query, &headers),
+            resource: target.resource.plural.clone(),
+            subresource: target.subresource(),
+            code: code.as_u16(),
+        });
+        answer
     };
     // A request must never take the connection down with it: should a
     // handler panic on some body nobody foresaw, the client gets a Status.
@@ -610,6 +637,32 @@ async fn handle(
             "the server could not handle this request",
         )
         .into_response(),
+    }
+}
+
+/// A request's verb as kube-apiserver counts it.
+fn verb(
+    method: &Method,
+    target: &Target,
+    query: &BTreeMap<String, String>,
+    headers: &axum::http::HeaderMap,
+) -> &'static str {
+    match *method {
+        Method::GET if target.name.is_some() => "GET",
+        Method::GET if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) => {
+            "WATCH"
+        }
+        Method::GET => "LIST",
+        Method::POST => "CREATE",
+        Method::PUT => "UPDATE",
+        Method::PATCH
+            if content_type(headers).as_deref() == Some("application/apply-patch+yaml") =>
+        {
+            "APPLY"
+        }
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        _ => "OTHER",
     }
 }
 

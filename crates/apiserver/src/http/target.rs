@@ -24,6 +24,19 @@ pub(super) struct Target {
 }
 
 impl Target {
+    /// The subresource addressed, or empty.
+    pub(super) fn subresource(&self) -> &'static str {
+        if self.status {
+            "status"
+        } else if self.scale {
+            "scale"
+        } else if self.log {
+            "log"
+        } else {
+            ""
+        }
+    }
+
     /// The fields this request addresses, for ownership.
     pub(super) fn scope(&self) -> crate::apply::Scope {
         if self.status {

@@ -63,6 +63,7 @@ pub(super) fn watch(
         })?),
     };
     let slot = WatchSlot::take(&server)?;
+    let (counted, resource) = (server.clone(), target.resource.plural.clone());
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(256);
     // Subscribe before reading anything, so no change falls in between.
     let mut live = server.store.subscribe();
@@ -155,10 +156,14 @@ pub(super) fn watch(
             }
         }
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
+    // Every event sent is counted as it goes out.
+    let stream = futures_util::stream::unfold((rx, counted), move |(mut rx, server)| {
+        let resource = resource.clone();
+        async move {
+            let line = rx.recv().await?;
+            server.metrics().watch_event(&line, &resource);
+            Some((Ok::<_, std::convert::Infallible>(line), (rx, server)))
+        }
     });
     let mut response = Response::new(Body::from_stream(stream));
     response.headers_mut().insert(
