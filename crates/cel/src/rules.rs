@@ -8,9 +8,11 @@
 //! Subtrees without rules (a cluster's published status, say) are neither
 //! converted nor walked, so a check costs the rules and little else.
 //!
-//! Property names are used as CEL map keys unescaped: Modelplane's schemas
-//! declare no property that Kubernetes would escape (`-`, `.`, reserved
-//! words), and no `date-time`/`duration` field carries a rule.
+//! Values are converted as Kubernetes converts them for CEL: a declared
+//! property's name is escaped (`x-y` is `x__dash__y`, `namespace` is
+//! `__namespace__`; a map's keys are data and stay as they are), and a
+//! string whose schema says `format: date-time` or `duration` is a CEL
+//! `timestamp` or `duration`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -82,36 +84,191 @@ impl RuleTree {
         leads.then_some(tree)
     }
 
-    /// `value` as CEL, converting only what a rule can see: all of it at a
-    /// node with rules, else just the children that lead to one.
-    fn to_cel(&self, value: &Value) -> Cel {
+    /// `value` (whose schema is `compiled`) as CEL, converting only what a
+    /// rule can see: all of it at a node with rules, else just the children
+    /// that lead to one.
+    fn to_cel(&self, compiled: &CompiledSchema, value: &Value) -> Cel {
         if self.here {
-            return to_cel(value);
+            return typed(compiled, value);
         }
         match value {
             Value::Object(map) => {
                 let mut out = HashMap::new();
                 for (name, child) in &self.properties {
-                    if let Some(v) = map.get(name) {
-                        out.insert(Key::String(Arc::new(name.clone())), child.to_cel(v));
+                    if let (Some(v), Some(schema)) = (map.get(name), compiled.properties.get(name))
+                    {
+                        out.insert(key(compiled, name), child.to_cel(schema, v));
                     }
                 }
-                if let Some(values) = &self.values {
+                if let (Some(values), Some(schema)) =
+                    (&self.values, compiled.additional_properties.as_deref())
+                {
                     for (k, v) in map {
-                        if !self.properties.iter().any(|(name, _)| name == k) {
-                            out.insert(Key::String(Arc::new(k.clone())), values.to_cel(v));
+                        if !compiled.properties.contains_key(k) {
+                            out.insert(key(compiled, k), values.to_cel(schema, v));
                         }
                     }
                 }
                 Cel::Map(Map { map: Arc::new(out) })
             }
-            Value::Array(items) => match &self.items {
-                Some(tree) => Cel::List(Arc::new(items.iter().map(|i| tree.to_cel(i)).collect())),
-                None => Cel::List(Arc::new(Vec::new())),
+            Value::Array(items) => match (&self.items, compiled.items.as_deref()) {
+                (Some(tree), Some(schema)) => Cel::List(Arc::new(
+                    items.iter().map(|i| tree.to_cel(schema, i)).collect(),
+                )),
+                _ => Cel::List(Arc::new(Vec::new())),
             },
-            other => to_cel(other),
+            other => typed(compiled, other),
         }
     }
+}
+
+/// The CEL key of property `name` of an object whose schema is `compiled`:
+/// escaped, unless the object is a map (its keys are data).
+fn key(compiled: &CompiledSchema, name: &str) -> Key {
+    let name = if compiled.is_map {
+        name.to_string()
+    } else {
+        escape(name)
+    };
+    Key::String(Arc::new(name))
+}
+
+/// CEL's reserved words, which a property name is escaped from.
+const RESERVED: [&str; 21] = [
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
+/// A property name as Kubernetes exposes it to CEL: `__word__` for a
+/// reserved word, else `_`, `.`, `-` and `/` spelled `__`, `__dot__`,
+/// `__dash__` and `__slash__`.
+fn escape(name: &str) -> String {
+    if RESERVED.contains(&name) {
+        return format!("__{name}__");
+    }
+    let mut escaped = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '_' => escaped.push_str("__"),
+            '.' => escaped.push_str("__dot__"),
+            '-' => escaped.push_str("__dash__"),
+            '/' => escaped.push_str("__slash__"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+/// `value` as CEL, read through its schema: names escaped, date-times and
+/// durations typed.
+fn typed(compiled: &CompiledSchema, value: &Value) -> Cel {
+    match value {
+        Value::String(s) => match compiled.format {
+            kube_cel::SchemaFormat::DateTime => chrono::DateTime::parse_from_rfc3339(s)
+                .map_or_else(|_| to_cel(value), Cel::Timestamp),
+            kube_cel::SchemaFormat::Duration => {
+                go_duration(s).map_or_else(|| to_cel(value), Cel::Duration)
+            }
+            _ => to_cel(value),
+        },
+        Value::Array(items) => Cel::List(Arc::new(
+            items
+                .iter()
+                .map(|item| match compiled.items.as_deref() {
+                    Some(schema) => typed(schema, item),
+                    None => to_cel(item),
+                })
+                .collect(),
+        )),
+        Value::Object(map) => {
+            let mut out: HashMap<Key, Cel> = map
+                .iter()
+                .map(|(k, v)| {
+                    let schema = compiled
+                        .properties
+                        .get(k)
+                        .or(compiled.additional_properties.as_deref());
+                    let v = schema.map_or_else(|| to_cel(v), |schema| typed(schema, v));
+                    (key(compiled, k), v)
+                })
+                .collect();
+            if compiled.embedded_resource {
+                for (field, empty) in [
+                    ("apiVersion", Cel::String(Arc::default())),
+                    ("kind", Cel::String(Arc::default())),
+                    (
+                        "metadata",
+                        Cel::Map(Map {
+                            map: Arc::default(),
+                        }),
+                    ),
+                ] {
+                    out.entry(Key::String(Arc::new(field.into())))
+                        .or_insert(empty);
+                }
+            }
+            Cel::Map(Map { map: Arc::new(out) })
+        }
+        other => to_cel(other),
+    }
+}
+
+/// A Go duration (`1h30m`, `-1.5s`, `300ms`, `0`), as Kubernetes' CEL reads
+/// `format: duration`.
+fn go_duration(text: &str) -> Option<chrono::Duration> {
+    let (negative, mut rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    match rest {
+        "0" => return Some(chrono::Duration::zero()),
+        "" => return None,
+        _ => {}
+    }
+    let mut nanos = 0f64;
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .filter(|end| *end > 0)?;
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let per_unit = match &rest[..unit_end] {
+            "ns" => 1.0,
+            "us" | "µs" | "μs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => return None,
+        };
+        nanos += number * per_unit;
+        rest = &rest[unit_end..];
+    }
+    let nanos = if negative { -nanos } else { nanos };
+    // Rounded to whole nanoseconds, within i64 (about 292 years).
+    (nanos.abs() < 9.2e18).then(|| chrono::Duration::nanoseconds(nanos.round() as i64))
 }
 
 impl std::fmt::Debug for RuleSet {
@@ -139,8 +296,8 @@ impl RuleSet {
     /// Evaluates every rule against `object`, which must already be pruned and
     /// defaulted. Transition rules run only when `old` is given.
     pub fn evaluate(&self, object: &Value, old: Option<&Value>) -> Vec<RuleFailure> {
-        let cel = self.tree.to_cel(object);
-        let old_cel = old.map(|o| self.tree.to_cel(o));
+        let cel = self.tree.to_cel(&self.compiled, object);
+        let old_cel = old.map(|o| self.tree.to_cel(&self.compiled, o));
         let mut walk = Walk {
             base: &self.base,
             failures: Vec::new(),
@@ -168,10 +325,14 @@ struct Node<'a> {
 }
 
 impl<'a> Node<'a> {
-    fn property(self, name: &str) -> Option<Node<'a>> {
+    /// Property `name` of an object whose schema is `compiled`.
+    fn property(self, compiled: &CompiledSchema, name: &str) -> Option<Node<'a>> {
         let json = self.json.get(name)?;
+        let Key::String(key) = key(compiled, name) else {
+            return None;
+        };
         match self.cel {
-            Cel::Map(map) => map.get(&KeyRef::String(name)).map(|cel| Node { json, cel }),
+            Cel::Map(map) => map.get(&KeyRef::String(&key)).map(|cel| Node { json, cel }),
             _ => None,
         }
     }
@@ -205,10 +366,11 @@ impl Walk<'_> {
             self.rules(compiled, value, old, &path);
         }
         for (name, child_tree) in &tree.properties {
-            if let (Some(child), Some(child_value)) =
-                (compiled.properties.get(name), value.property(name))
-            {
-                let child_old = old.and_then(|o| o.property(name));
+            if let (Some(child), Some(child_value)) = (
+                compiled.properties.get(name),
+                value.property(compiled, name),
+            ) {
+                let child_old = old.and_then(|o| o.property(compiled, name));
                 self.node(child, child_tree, child_value, child_old, join(&path, name));
             }
         }
@@ -231,8 +393,8 @@ impl Walk<'_> {
                 if compiled.properties.contains_key(key) {
                     continue;
                 }
-                if let Some(entry) = value.property(key) {
-                    let entry_old = old.and_then(|o| o.property(key));
+                if let Some(entry) = value.property(compiled, key) {
+                    let entry_old = old.and_then(|o| o.property(compiled, key));
                     self.node(values, values_tree, entry, entry_old, join(&path, key));
                 }
             }
@@ -328,5 +490,103 @@ pub fn to_cel(value: &Value) -> Cel {
                 map: Arc::new(entries),
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The messages of the rules `object` breaks under `schema`.
+    fn broken(schema: Value, object: Value) -> Vec<String> {
+        RuleSet::compile(&schema)
+            .evaluate(&object, None)
+            .into_iter()
+            .map(|f| format!("{}: {}", f.path, f.message))
+            .collect()
+    }
+
+    #[test]
+    fn rules_see_property_names_escaped_as_kubernetes_escapes_them() {
+        let schema = json!({ "type": "object", "properties": { "spec": {
+            "type": "object",
+            "x-kubernetes-validations": [
+                { "rule": "self.max__dash__replicas >= self.min__dash__replicas", "message": "max below min" },
+                { "rule": "self.__namespace__ != 'kube-system'", "message": "reserved" },
+                { "rule": "self.a__dot__b__slash__c == 'x' && self.snake__case == 1", "message": "dots" },
+                { "rule": "self.labels.all(k, k != 'team-a')", "message": "map keys are data" },
+            ],
+            "properties": {
+                "max-replicas": { "type": "integer" }, "min-replicas": { "type": "integer" },
+                "namespace": { "type": "string" }, "a.b/c": { "type": "string" },
+                "snake_case": { "type": "integer" },
+                "labels": { "type": "object", "additionalProperties": { "type": "string" } },
+            },
+        } } });
+        let object = |max: i64, namespace: &str, label: &str| {
+            json!({ "spec": {
+            "max-replicas": max, "min-replicas": 2, "namespace": namespace, "a.b/c": "x",
+            "snake_case": 1, "labels": { label: "yes" },
+        } })
+        };
+        assert_eq!(
+            broken(schema.clone(), object(3, "ml-team", "team-b")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(schema, object(1, "kube-system", "team-a")),
+            [
+                "spec: max below min",
+                "spec: reserved",
+                "spec: map keys are data"
+            ]
+        );
+    }
+
+    #[test]
+    fn date_times_and_durations_are_typed_for_rules() {
+        let schema = json!({ "type": "object", "properties": { "spec": {
+            "type": "object",
+            "x-kubernetes-validations": [
+                { "rule": "self.expires > self.created", "message": "expires before created" },
+                { "rule": "self.grace <= duration('1h')", "message": "grace too long" },
+                { "rule": "self.expires - self.created >= self.grace", "message": "window" },
+            ],
+            "properties": {
+                "created": { "type": "string", "format": "date-time" },
+                "expires": { "type": "string", "format": "date-time" },
+                "grace": { "type": "string", "format": "duration" },
+            },
+        } } });
+        let object = |expires: &str, grace: &str| {
+            json!({ "spec": {
+            "created": "2026-12-01T00:00:00Z", "expires": expires, "grace": grace } })
+        };
+        assert_eq!(
+            broken(schema.clone(), object("2026-12-01T02:00:00+01:00", "30m")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            broken(schema, object("2026-11-30T23:00:00Z", "1h30m")),
+            [
+                "spec: expires before created",
+                "spec: grace too long",
+                "spec: window"
+            ]
+        );
+    }
+
+    #[test]
+    fn go_durations_read_as_go_reads_them() {
+        let nanos = |text: &str| go_duration(text).and_then(|d| d.num_nanoseconds());
+        assert_eq!(nanos("0"), Some(0));
+        assert_eq!(nanos("1h30m"), Some(5_400_000_000_000));
+        assert_eq!(nanos("-1.5s"), Some(-1_500_000_000));
+        assert_eq!(nanos("300ms"), Some(300_000_000));
+        assert_eq!(nanos("2µs1ns"), Some(2_001));
+        assert_eq!(nanos("1d"), None);
+        assert_eq!(nanos("h"), None);
+        assert_eq!(nanos(""), None);
     }
 }
