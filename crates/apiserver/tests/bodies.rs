@@ -1,5 +1,7 @@
 //! Arbitrary bodies at every verb of several kinds (a built-in, a namespace,
-//! Modelplane's CRD kinds with their status and scale subresources): only
+//! Modelplane's CRD kinds with their status and scale subresources), JSON
+//! and Kubernetes protobuf (envelopes naming real and made-up kinds around
+//! arbitrary message bytes): only
 //! 2xx or 4xx answers, every 4xx a `Status`, never a dropped connection or
 //! a 5xx, and the server still serving afterwards. `BODY_CASES` sets how
 //! many cases run (2,000 by default; the harness runs 100,000:
@@ -94,7 +96,50 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
                 .into_bytes()
         }),
         1 => prop::collection::vec(any::<u8>(), 0..64),
+        2 => protobuf(),
     ]
+}
+
+/// A length-delimited protobuf field (lengths under 16 KiB).
+fn field(number: u8, bytes: &[u8]) -> Vec<u8> {
+    let len = bytes.len();
+    let mut out = vec![(number << 3) | 2];
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        out.extend([(len as u8) | 0x80, (len >> 7) as u8]);
+    }
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// A Kubernetes protobuf body: the magic, then a `runtime.Unknown` naming a
+/// kind (real or not) around arbitrary or almost-right message bytes.
+fn protobuf() -> impl Strategy<Value = Vec<u8>> {
+    let kinds = prop::sample::select(vec![
+        ("v1", "ConfigMap"),
+        ("v1", "Namespace"),
+        ("v1", "Secret"),
+        ("v1", "Pod"),
+        ("apps/v1", "Deployment"),
+        ("modelplane.ai/v1alpha1", "ModelDeployment"),
+        ("v1", ""),
+    ]);
+    let raw = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..96),
+        // An ObjectMeta (field 1) with a name, then arbitrary fields.
+        prop::collection::vec(any::<u8>(), 0..48).prop_map(|tail| [
+            field(1, &field(1, b"c")),
+            tail
+        ]
+        .concat()),
+    ];
+    (kinds, raw, any::<bool>()).prop_map(|((api_version, kind), raw, magic)| {
+        let type_meta = [field(1, api_version.as_bytes()), field(2, kind.as_bytes())].concat();
+        let unknown = [field(1, &type_meta), field(2, &raw)].concat();
+        let magic: &[u8] = if magic { b"k8s\0" } else { b"k8s" };
+        [magic, &unknown].concat()
+    })
 }
 
 const PATHS: &[&str] = &[
@@ -119,6 +164,8 @@ const VERBS: &[(&str, &str)] = &[
     ("PATCH", "application/strategic-merge-patch+json"),
     ("PATCH", "application/apply-patch+yaml"),
     ("DELETE", "application/json"),
+    ("POST", "application/vnd.kubernetes.protobuf"),
+    ("PUT", "application/vnd.kubernetes.protobuf"),
 ];
 
 fn server() -> (tempfile::TempDir, Arc<ApiServer>) {
