@@ -7,6 +7,7 @@
 
 pub mod apply;
 pub mod clusters;
+pub mod compaction;
 pub mod crd;
 pub mod discovery;
 pub mod gc;

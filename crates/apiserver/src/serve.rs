@@ -285,19 +285,12 @@ pub async fn serve_clusters(
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// Time a client has to send a request's head.
 const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-/// History kept for watches to resume from, as Kubernetes compacts etcd
-/// every 5 minutes.
-const RETENTION: std::time::Duration = std::time::Duration::from_secs(5 * 60);
-
-/// Compacts the revision log on its own: every minute, up to the revision
-/// the store had [`RETENTION`] ago, so the log (and the file) stay bounded
-/// under any write load while watches can still resume from recent history;
-/// and sweeps for dependents whose owners are gone.
 async fn compact_periodically(clusters: std::sync::Arc<Clusters>) {
+    use crate::compaction::{COMPACT_EVERY, RETENTION, Retention};
     let server = clusters.root().clone();
-    let mut seen: std::collections::VecDeque<(std::time::Instant, crate::Revision)> =
-        std::collections::VecDeque::new();
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    let start = std::time::Instant::now();
+    let mut retention = Retention::new(RETENTION);
+    let mut tick = tokio::time::interval(COMPACT_EVERY);
     loop {
         tick.tick().await;
         let s = server.clone();
@@ -305,16 +298,7 @@ async fn compact_periodically(clusters: std::sync::Arc<Clusters>) {
         else {
             continue;
         };
-        seen.push_back((std::time::Instant::now(), revision));
-        let mut old_enough = None;
-        while let Some((at, rev)) = seen.front().copied() {
-            if at.elapsed() < RETENTION {
-                break;
-            }
-            old_enough = Some(rev);
-            seen.pop_front();
-        }
-        if let Some(rev) = old_enough {
+        if let Some(rev) = retention.observe(start.elapsed(), revision) {
             let s = server.clone();
             let _ = tokio::task::spawn_blocking(move || s.store().compact(rev)).await;
         }
