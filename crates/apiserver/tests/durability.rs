@@ -238,3 +238,62 @@ async fn acknowledged_writes_survive_kill_9_of_the_server() {
     server.kill().expect("stop");
     let _ = server.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dependents_of_an_owner_deleted_just_before_kill_9_are_gone_after_restart() {
+    use kube::api::DeleteParams;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir on disk");
+    let (mut server, client) = start(dir.path()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let owner = api
+        .create(&PostParams::default(), &config_map(9999))
+        .await
+        .expect("owner");
+    let owner_ref = json!([{ "apiVersion": "v1", "kind": "ConfigMap",
+        "name": owner.name_any(), "uid": owner.uid().expect("uid") }]);
+    const DEPENDENTS: usize = 200;
+    for i in 0..DEPENDENTS {
+        let mut dependent = config_map(i);
+        dependent.metadata.owner_references =
+            Some(serde_json::from_value(owner_ref.clone()).expect("owner reference"));
+        api.create(&PostParams::default(), &dependent)
+            .await
+            .expect("dependent");
+    }
+    // The owner goes (the delete is acknowledged), and the server with it
+    // before its background collection can have finished.
+    api.delete(&owner.name_any(), &DeleteParams::background())
+        .await
+        .expect("owner deleted");
+    server.kill().expect("SIGKILL");
+    server.wait().expect("reap");
+    let (mut server, client) = start(dir.path()).await;
+    let api: Api<ConfigMap> = Api::default_namespaced(client);
+    let left_at_restart = api
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .len();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    assert!(
+        left_at_restart > 0,
+        "the kill landed before the collection finished"
+    );
+    let mut left = left_at_restart;
+    while left > 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        left = api
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len();
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(
+        left, 0,
+        "every dependent collected after the restart ({left_at_restart} were left when it came back)"
+    );
+}

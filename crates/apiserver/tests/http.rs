@@ -1443,6 +1443,56 @@ async fn a_sweep_collects_dependents_whose_owner_went_without_collection() {
     assert_eq!(code, StatusCode::NOT_FOUND);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_deleted_while_its_dependents_are_being_written_loses_them_all() {
+    let f = Arc::new(Fixture::new());
+    let (_, owner) = f
+        .call(Method::POST, CM, Some(cm("busy-owner", json!({}))))
+        .await;
+    let children: Vec<String> = (0..20).map(|i| format!("busy-child-{i}")).collect();
+    for name in &children {
+        f.call(Method::POST, CM, Some(owned_by(name, &owner))).await;
+    }
+    // A writer keeps changing every dependent, so the collector's reads go
+    // stale and its conditional deletes conflict, again and again.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (f, stop, children) = (f.clone(), stop.clone(), children.clone());
+        tokio::spawn(async move {
+            let mut round = 0u64;
+            let mut written = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                round += 1;
+                for name in &children {
+                    let patch = json!({ "data": { "round": round.to_string() } });
+                    let (code, _) = f
+                        .call(Method::PATCH, &format!("{CM}/{name}"), Some(patch))
+                        .await;
+                    if code == StatusCode::OK {
+                        written += 1;
+                    }
+                }
+            }
+            written
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let (code, _) = f
+        .call(Method::DELETE, &format!("{CM}/busy-owner"), None)
+        .await;
+    assert_eq!(code, StatusCode::OK);
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = writer.await.expect("writer");
+    assert!(
+        written > 20,
+        "the writer raced the collection ({written} writes)"
+    );
+    for name in &children {
+        eventually(&f, &format!("{CM}/{name}"), StatusCode::NOT_FOUND).await;
+    }
+}
+
 #[tokio::test]
 async fn deleting_a_crd_waits_for_its_objects_finalizers() {
     let f = Fixture::new();
