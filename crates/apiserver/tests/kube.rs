@@ -3,6 +3,7 @@
 //! survives an in-stream 410 by re-listing, the `finalizer()` helper end
 //! to end, a `Controller` with `.owns()`, and the events recorder.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,6 +99,126 @@ async fn every_api_verb_and_patch_type() {
         .await
         .expect("delete");
     assert!(matches!(api.get("a").await, Err(kube::Error::Api(e)) if e.code == 404));
+}
+
+/// One run of the paged-reflector check: 2,000 objects, listed 100 at a
+/// time while every page after the first changes one object and deletes
+/// another on the pages already read; the reflector must end with exactly
+/// the server's objects.
+async fn paged_reflector_run(run: usize) {
+    use kube::runtime::reflector;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ApiServer::new(Store::open(&dir.path().join("state.db")).expect("store"));
+    let writes: Vec<modelplane_apiserver::Write> = (0..2000)
+        .map(|i| modelplane_apiserver::Write::Create {
+            key: format!("/core/configmaps/default/cm-{i:04}"),
+            value: json!({ "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": { "name": format!("cm-{i:04}"), "namespace": "default",
+                              "uid": format!("uid-{i}"), "creationTimestamp": "2026-12-01T00:00:00Z" },
+                "data": { "k": "v" } })
+            .to_string()
+            .into_bytes(),
+        })
+        .collect();
+    for written in server.store().write_all(writes) {
+        written.expect("create");
+    }
+    let router = router(server.clone());
+    let pages = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let service = {
+        let pages = pages.clone();
+        tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (router, pages) = (router.clone(), pages.clone());
+            async move {
+                let request = request.map(axum::body::Body::new);
+                let later_page = request.method() == http::Method::GET
+                    && request
+                        .uri()
+                        .query()
+                        .is_some_and(|q| q.contains("continue="));
+                if later_page {
+                    // Between two pages: a change and a deletion on pages read.
+                    let page = pages.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    let changed = format!("cm-{:04}", (page * 100 + run * 7) % (page * 100));
+                    let deleted = format!("cm-{:04}", page * 100 - 1 - run % 50);
+                    let base = "/api/v1/namespaces/default/configmaps";
+                    let patch = http::Request::patch(format!("{base}/{changed}"))
+                        .header("content-type", "application/merge-patch+json")
+                        .body(axum::body::Body::from(
+                            json!({ "data": { "k": format!("page {page}") } }).to_string(),
+                        ))
+                        .expect("patch");
+                    let delete = http::Request::delete(format!("{base}/{deleted}"))
+                        .body(axum::body::Body::empty())
+                        .expect("delete");
+                    let _ = router.clone().oneshot(patch).await;
+                    let _ = router.clone().oneshot(delete).await;
+                }
+                router.oneshot(request).await
+            }
+        })
+    };
+    let client = Client::new(service, "default");
+    let api: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let (reader, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api.clone(), watcher::Config::default().page_size(100)),
+    );
+    let driven = tokio::spawn(stream.for_each(|_| futures_util::future::ready(())));
+    reader.wait_until_ready().await.expect("synced");
+    assert_eq!(
+        pages.load(std::sync::atomic::Ordering::SeqCst),
+        19,
+        "run {run}: 2,000 objects in pages of 100"
+    );
+    let state = |objects: Vec<Arc<ConfigMap>>| -> BTreeMap<String, (String, String)> {
+        objects
+            .iter()
+            .map(|o| {
+                (
+                    o.name_any(),
+                    (
+                        o.resource_version().unwrap_or_default(),
+                        serde_json::to_string(&o.data).unwrap_or_default(),
+                    ),
+                )
+            })
+            .collect()
+    };
+    let truth: Vec<Arc<ConfigMap>> = api
+        .list(&ListParams::default())
+        .await
+        .expect("list")
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let truth = state(truth);
+    assert_eq!(truth.len(), 2000 - 19, "run {run}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while state(reader.state()) != truth && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = state(reader.state());
+    let differing: std::collections::BTreeSet<&String> = truth
+        .keys()
+        .chain(seen.keys())
+        .filter(|name| truth.get(*name) != seen.get(*name))
+        .collect();
+    assert!(
+        differing.is_empty(),
+        "run {run}: the reflector differs on {differing:?}"
+    );
+    driven.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paged_reflector_ends_with_the_servers_state_while_earlier_pages_change() {
+    for run in 0..20 {
+        paged_reflector_run(run).await;
+    }
 }
 
 /// The count `/metrics` shows for `series` (0 when never counted).
