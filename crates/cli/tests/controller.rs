@@ -1172,3 +1172,320 @@ fn fault_steps(server: &Server, proxy: &Proxy) {
     );
     assert_eq!(serving(server), before);
 }
+
+/// Faults a kube client's layer injects between the controller and the
+/// control plane: the InferenceClass API answering 403 (as without RBAC
+/// rights), and every ModelDeployment read with a selector that no longer
+/// compiles (as after a CEL environment change).
+#[derive(Clone, Default)]
+struct Faults {
+    forbid_classes: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    break_selectors: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The selector of `DEPLOYMENT` as it travels in JSON, and the same with a
+/// syntax error, the same length (so a chunk's bytes can be swapped).
+const SELECTOR_END: &[u8] = b"quantity(\\\"20Gi\\\")) >= 0";
+const BROKEN_END: &[u8] = b"quantity(\\\"20Gi\\\")) >= (";
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type FaultBody = http_body_util::combinators::UnsyncBoxBody<bytes::Bytes, BoxError>;
+
+impl<S> tower::Layer<S> for Faults {
+    type Service = Faulty<S>;
+    fn layer(&self, inner: S) -> Faulty<S> {
+        Faulty {
+            inner,
+            faults: self.clone(),
+        }
+    }
+}
+
+struct Faulty<S> {
+    inner: S,
+    faults: Faults,
+}
+
+fn swap(bytes: bytes::Bytes) -> bytes::Bytes {
+    let mut out = bytes.to_vec();
+    let mut at = 0;
+    while let Some(i) = out[at..]
+        .windows(SELECTOR_END.len())
+        .position(|w| w == SELECTOR_END)
+    {
+        out[at + i..at + i + SELECTOR_END.len()].copy_from_slice(BROKEN_END);
+        at += i + SELECTOR_END.len();
+    }
+    out.into()
+}
+
+impl<S, B> tower::Service<http::Request<kube::client::Body>> for Faulty<S>
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = http::Response<FaultBody>;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<kube::client::Body>) -> Self::Future {
+        use http_body_util::BodyExt;
+        use std::sync::atomic::Ordering;
+        let path = request.uri().path().to_string();
+        if self.faults.forbid_classes.load(Ordering::SeqCst) && path.contains("/inferenceclasses") {
+            let status = serde_json::json!({ "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "message": "inferenceclasses.modelplane.ai is forbidden: User \"modelplane\" cannot list resource \"inferenceclasses\"",
+                "reason": "Forbidden", "code": 403 });
+            let response = http::Response::builder()
+                .status(403)
+                .header("content-type", "application/json")
+                .body(
+                    http_body_util::Full::new(bytes::Bytes::from(status.to_string()))
+                        .map_err(|never| match never {})
+                        .boxed_unsync(),
+                )
+                .map_err(Into::into);
+            return Box::pin(std::future::ready(response));
+        }
+        let breaking = self.faults.break_selectors.load(Ordering::SeqCst)
+            && path.contains("/modeldeployments");
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let (mut parts, body) = answer.await.map_err(Into::into)?.into_parts();
+            let body = body.map_err(Into::into);
+            let body = if breaking {
+                parts.headers.remove(http::header::CONTENT_LENGTH);
+                body.map_frame(|frame| frame.map_data(swap)).boxed_unsync()
+            } else {
+                body.boxed_unsync()
+            };
+            Ok(http::Response::from_parts(parts, body))
+        })
+    }
+}
+
+/// The controller in this process, its control-plane client through
+/// `faults`; stops when dropped.
+struct InProcess {
+    /// Where its `/metrics` and `/readyz` are served.
+    probes: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl InProcess {
+    fn start(server: &Server, faults: &Faults) -> InProcess {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (kubeconfig, faults) = (server.kubeconfig.clone(), faults.clone());
+        let probes = free_port();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let kubeconfig =
+                    kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+                let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .expect("config");
+                let client = kube::client::ClientBuilder::try_from(config)
+                    .expect("client")
+                    .with_layer(&faults)
+                    .build();
+                let config = modelplane_controller::Config {
+                    resync: Duration::from_secs(1),
+                    gateway_address: Some("gateway.example:8080".into()),
+                    probes: Some(std::net::SocketAddr::from(([127, 0, 0, 1], probes))),
+                    ..Default::default()
+                };
+                let control =
+                    modelplane_controller::target::Connection::new("control plane", client);
+                modelplane_controller::run(config, control, async move {
+                    let _ = stopped.await;
+                })
+                .await
+                .expect("the controller runs");
+            });
+        });
+        InProcess {
+            probes,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[test]
+fn an_unreadable_class_list_or_a_broken_selector_deletes_nothing_and_the_fleet_converges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    fleet(&server);
+    server.apply(None, &DEPLOYMENT.replace("REPLICAS", "2"));
+    let faults = Faults::default();
+    let controller = InProcess::start(&server, &faults);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| platform(&server, &stop, "10.0.0.7"));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            read_fault_steps(&server, &faults, controller);
+        }));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(panic) = result {
+            std::panic::resume_unwind(panic);
+        }
+    });
+}
+
+/// Everything serves; the replicas are Ready and Synced again.
+fn serving_and_synced(server: &Server) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let replicas = names(server, None, &["get", "modelreplicas", "-n", "ml-team"]);
+    wait_for("both replicas Ready and Synced", WAIT, || {
+        (replicas.len() == 2
+            && replicas.iter().all(|r| {
+                get_json(server, None, &["get", r, "-n", "ml-team"]).is_some_and(|o| {
+                    condition(&o, "Ready").as_deref() == Some("True")
+                        && condition(&o, "Synced").as_deref() == Some("True")
+                })
+            }))
+        .then_some(())
+    });
+    serving(server)
+}
+
+fn read_fault_steps(server: &Server, faults: &Faults, controller: InProcess) {
+    use std::sync::atomic::Ordering;
+    let workloads = wait_for("both replicas' workloads", WAIT, || {
+        let found = names(
+            server,
+            Some("edge"),
+            &["get", "deployments", "-n", "ml-team"],
+        );
+        (found.len() == 4).then_some(found)
+    });
+    for workload in &workloads {
+        server.kubectl_in(
+            Some("edge"),
+            &[
+                "patch",
+                workload,
+                "-n",
+                "ml-team",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#,
+            ],
+            None,
+        );
+    }
+    let before = serving_and_synced(server);
+    assert_eq!(before.0.len(), 4, "{before:?}");
+
+    // The InferenceClass API answers 403, and the controller restarts into
+    // it (a cold cache: it cannot list a single class). Nothing is deleted.
+    faults.forbid_classes.store(true, Ordering::SeqCst);
+    drop(controller);
+    let controller = InProcess::start(server, faults);
+    server.kubectl(&[
+        "label",
+        "md",
+        "qwen3-8b",
+        "-n",
+        "ml-team",
+        "touched=1",
+        "--overwrite",
+    ]);
+    // It says why it is not ready, and holds everything meanwhile.
+    let (code, why) = wait_for("the controller to say what it cannot read", WAIT, || {
+        http_get(controller.probes, "/readyz").filter(|(_, body)| body.contains("403"))
+    });
+    assert_eq!(code, 503, "{why}");
+    assert!(
+        why.contains("InferenceClass (") && why.contains("forbidden"),
+        "{why}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        serving(server),
+        before,
+        "nothing deleted while classes are unreadable"
+    );
+    faults.forbid_classes.store(false, Ordering::SeqCst);
+    assert_eq!(
+        serving_and_synced(server),
+        before,
+        "converged, the same objects"
+    );
+
+    // Every ModelDeployment now reads with a selector that does not compile:
+    // the deployment says so and holds its replicas.
+    faults.break_selectors.store(true, Ordering::SeqCst);
+    drop(controller);
+    let controller = InProcess::start(server, faults);
+    server.kubectl(&[
+        "label",
+        "md",
+        "qwen3-8b",
+        "-n",
+        "ml-team",
+        "touched=2",
+        "--overwrite",
+    ]);
+    let said = wait_for("the deployment to say its selector is broken", WAIT, || {
+        let md = get_json(server, None, &["get", "md", "qwen3-8b", "-n", "ml-team"])?;
+        md["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| {
+                c["status"] == "False" && c["message"].as_str().is_some_and(|m| m.contains(">= ("))
+            })
+            .cloned()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        serving(server),
+        before,
+        "nothing deleted for a selector that does not compile: {said}"
+    );
+    faults.break_selectors.store(false, Ordering::SeqCst);
+    server.kubectl(&[
+        "label",
+        "md",
+        "qwen3-8b",
+        "-n",
+        "ml-team",
+        "touched=3",
+        "--overwrite",
+    ]);
+    assert_eq!(
+        serving_and_synced(server),
+        before,
+        "converged, the same objects"
+    );
+    drop(controller);
+}

@@ -168,6 +168,14 @@ impl Index {
         self.world.synced
     }
 
+    /// The control-plane kinds not listed yet.
+    pub fn unlisted(&self) -> Vec<Kind> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| !self.listed.contains(k))
+            .collect()
+    }
+
     /// Whether `kind` of owned objects on `target` has been listed.
     pub fn owned_synced(&self, target: &Target, api_version: &str, kind: &str) -> bool {
         self.owned_listed

@@ -97,6 +97,9 @@ pub struct Shared {
     pub leading: tokio::sync::watch::Receiver<bool>,
     /// What it counts.
     pub metrics: metrics::Metrics,
+    /// Why each control-plane kind's watch last failed, until it works
+    /// again (`/readyz` says it while the kind is not listed).
+    pub watch_errors: Mutex<std::collections::BTreeMap<Kind, String>>,
 }
 
 /// Kinds Modelplane applies on the control plane, watched from the start
@@ -173,6 +176,7 @@ impl Shared {
             watched: Mutex::default(),
             shared_applied: Mutex::default(),
             supervisor: Supervisor::default(),
+            watch_errors: Mutex::default(),
         })
     }
 

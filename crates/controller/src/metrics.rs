@@ -246,16 +246,37 @@ fn answer(shared: &crate::Shared, path: &str) -> Response<Full<Bytes>> {
         }
         "/healthz" | "/livez" => text(StatusCode::OK, "ok".into(), "text/plain; charset=utf-8"),
         "/readyz" => {
-            let synced = shared.index.read().is_ok_and(|i| i.synced());
-            if synced {
-                text(StatusCode::OK, "ok".into(), "text/plain; charset=utf-8")
-            } else {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the control plane's lists are not read yet".into(),
-                    "text/plain; charset=utf-8",
-                )
+            let unlisted = shared
+                .index
+                .read()
+                .map(|i| i.unlisted())
+                .unwrap_or_default();
+            if unlisted.is_empty() {
+                return text(StatusCode::OK, "ok".into(), "text/plain; charset=utf-8");
             }
+            let errors = shared
+                .watch_errors
+                .lock()
+                .map(|e| e.clone())
+                .unwrap_or_default();
+            let kinds: Vec<String> = unlisted
+                .iter()
+                .map(|kind| {
+                    let name = kind.type_meta().1;
+                    match errors.get(kind) {
+                        Some(why) => format!("{name} ({why})"),
+                        None => name.to_string(),
+                    }
+                })
+                .collect();
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the control plane's lists are not read yet: {}",
+                    kinds.join(", ")
+                ),
+                "text/plain; charset=utf-8",
+            )
         }
         _ => text(
             StatusCode::NOT_FOUND,

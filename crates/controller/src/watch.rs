@@ -93,6 +93,9 @@ async fn probe(shared: Arc<Shared>, watched: Watched, connection: Arc<Connection
             return;
         }
         if connection.client().apiserver_version().await.is_ok() {
+            if let (Watched::Control(k), Ok(mut errors)) = (&watched, shared.watch_errors.lock()) {
+                errors.remove(k);
+            }
             if connection.set_unreachable(None) {
                 tracing::info!(target = %connection.name, "answers again");
                 requeue_on(&shared, &watched);
@@ -165,6 +168,11 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             Err(_) if replaced(&shared, &watched, &connection) => return,
             Err(e) => {
                 tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
+                if let (Watched::Control(k), Ok(mut errors)) =
+                    (&watched, shared.watch_errors.lock())
+                {
+                    errors.insert(*k, e.to_string());
+                }
                 if let Some(why) = transport_failure(&e)
                     && connection.set_unreachable(Some(why))
                 {
