@@ -37,6 +37,11 @@ fn fleet(server: &Server) {
 /// The fleet, with the workload cluster reached at `through` (a proxy's
 /// `https://host:port`) instead of the server's own address.
 fn fleet_through(server: &Server, through: Option<&str>) {
+    fleet_of(server, through, 4);
+}
+
+/// The fleet, its one pool `nodes` L4 nodes.
+fn fleet_of(server: &Server, through: Option<&str>, nodes: usize) {
     server.apply(
         None,
         &String::from_utf8(
@@ -172,7 +177,7 @@ fn fleet_through(server: &Server, through: Option<&str>) {
     server.apply(None, &secret.to_string());
     server.apply(
         None,
-        r#"
+        &r#"
 apiVersion: modelplane.ai/v1alpha1
 kind: InferenceClass
 metadata:
@@ -200,8 +205,9 @@ spec:
   nodePools:
   - name: l4
     className: l4
-    nodeCount: 4
-"#,
+    nodeCount: NODES
+"#
+        .replace("NODES", &nodes.to_string()),
     );
 }
 
@@ -1488,4 +1494,141 @@ fn read_fault_steps(server: &Server, faults: &Faults, controller: InProcess) {
         "converged, the same objects"
     );
     drop(controller);
+}
+
+/// What the controller made for `deployments` ModelDeployments, once every
+/// one is placed and nothing changes any more: each object on the control
+/// plane and on the cluster by kind and name, with what differs between two
+/// runs of the same thing (uids, versions, times, status) left out. With
+/// `kill_after`, the controller is killed with SIGKILL once that many
+/// replicas exist, and started again.
+fn converged(deployments: usize, kill_after: Option<usize>) -> BTreeMap<String, Value> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    fleet_of(&server, None, deployments);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| platform(&server, &stop, "10.0.0.7"));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut controller = controller(&server);
+            wait_for("the cluster Ready", WAIT, || {
+                get_json(&server, None, &["get", "ic", "edge"])
+                    .and_then(|c| condition(&c, "Ready"))
+                    .filter(|s| s == "True")
+            });
+            let manifests: Vec<String> = (0..deployments)
+                .map(|i| {
+                    DEPLOYMENT
+                        .replace("REPLICAS", "1")
+                        .replace("name: qwen3-8b\n", &format!("name: model-{i:03}\n"))
+                })
+                .collect();
+            server.apply(None, &manifests.join("\n---\n"));
+            if let Some(after) = kill_after {
+                wait_for("replicas to be made", WAIT, || {
+                    (names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]).len()
+                        >= after)
+                        .then_some(())
+                });
+                let _ = controller.0.kill();
+                let _ = controller.0.wait();
+                controller = self::controller(&server);
+            }
+            let snapshot = || {
+                let mut objects = BTreeMap::new();
+                for (cluster, kinds) in [
+                    (None, "modelreplicas,modelendpoints"),
+                    (
+                        Some("edge"),
+                        "deployments,services,configmaps,serviceaccounts,roles,rolebindings,inferencepools,httproutes,resourceclaimtemplates",
+                    ),
+                ] {
+                    let list =
+                        get_json(&server, cluster, &["get", kinds, "-n", "ml-team"]).expect("list");
+                    for mut object in list["items"].as_array().cloned().unwrap_or_default() {
+                        let key = format!(
+                            "{}/{}/{}",
+                            cluster.unwrap_or("control"),
+                            object["kind"].as_str().unwrap_or_default(),
+                            object["metadata"]["name"].as_str().unwrap_or_default()
+                        );
+                        if let Some(metadata) = object["metadata"].as_object_mut() {
+                            for field in [
+                                "uid",
+                                "resourceVersion",
+                                "creationTimestamp",
+                                "managedFields",
+                                "generation",
+                                "ownerReferences",
+                            ] {
+                                metadata.remove(field);
+                            }
+                            if let Some(labels) =
+                                metadata.get_mut("labels").and_then(Value::as_object_mut)
+                            {
+                                labels.remove("modelplane.ai/owner-uid");
+                            }
+                        }
+                        if let Some(object) = object.as_object_mut() {
+                            object.remove("status");
+                        }
+                        objects.insert(key, object);
+                    }
+                }
+                objects
+            };
+            let settled = wait_for(
+                "every deployment placed and nothing changing",
+                WAIT * 3,
+                || {
+                    let placed =
+                        names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]).len();
+                    if placed < deployments {
+                        return None;
+                    }
+                    let first = snapshot();
+                    std::thread::sleep(Duration::from_secs(2));
+                    (snapshot() == first).then_some(first)
+                },
+            );
+            drop(controller);
+            settled
+        }));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+#[test]
+fn a_controller_killed_mid_apply_of_100_deployments_ends_where_an_uninterrupted_one_does() {
+    let uninterrupted = converged(100, None);
+    let crashed = converged(100, Some(30));
+    let replicas = crashed
+        .keys()
+        .filter(|k| k.starts_with("control/ModelReplica/"))
+        .count();
+    assert_eq!(replicas, 100, "one replica per deployment, no duplicates");
+    // Each deployment: its replica and endpoint, and nine objects on the
+    // cluster (engine and endpoint picker, claims, pool, route, RBAC…).
+    assert_eq!(
+        uninterrupted.len(),
+        100 * 11,
+        "every object of every deployment"
+    );
+    let only = |a: &BTreeMap<String, Value>, b: &BTreeMap<String, Value>| -> Vec<String> {
+        a.keys().filter(|k| !b.contains_key(*k)).cloned().collect()
+    };
+    assert_eq!(
+        only(&crashed, &uninterrupted),
+        Vec::<String>::new(),
+        "orphans or duplicates"
+    );
+    assert_eq!(
+        only(&uninterrupted, &crashed),
+        Vec::<String>::new(),
+        "objects missing"
+    );
+    for (key, object) in &uninterrupted {
+        assert_eq!(&crashed[key], object, "{key} differs");
+    }
 }
