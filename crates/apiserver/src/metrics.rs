@@ -12,7 +12,7 @@ use prometheus_client::registry::Registry;
 /// Labels of an answered request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    /// `GET`, `LIST`, `WATCH`, `CREATE`, `UPDATE`, `PATCH`, `APPLY` or
+    /// `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`, `APPLY` or
     /// `DELETE`, as kube-apiserver counts them.
     pub verb: &'static str,
     /// The resource's plural name.

@@ -919,3 +919,38 @@ fn kubectl_generators_of_both_versions_create_what_the_same_object_in_json_would
         );
     }
 }
+
+#[test]
+fn an_oversized_body_gets_its_413_through_kubectl_every_time() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    let cache = dir.path().join("kube-cache");
+    let big = dir.path().join("big.json");
+    let manifest = serde_json::json!({ "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": "big" }, "data": { "blob": "x".repeat(4 * 1024 * 1024) } });
+    std::fs::write(&big, manifest.to_string()).expect("big manifest");
+    // The server reads what it refuses, so the client reads the answer
+    // instead of a broken pipe, however the writes and the close interleave.
+    let big = big.to_string_lossy().to_string();
+    for binary in versions() {
+        for verb in ["create", "apply", "replace"] {
+            for attempt in 0..4 {
+                let out = Command::new(&binary)
+                    .arg("--kubeconfig")
+                    .arg(&server.kubeconfig)
+                    .arg("--cache-dir")
+                    .arg(&cache)
+                    .args([verb, "-f", &big])
+                    .output()
+                    .expect("kubectl runs");
+                let (ok, err) = (out.status.success(), String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    !ok && err
+                        .contains("the request body is larger than the limit of 3145728 bytes"),
+                    "{} {verb}, attempt {attempt}: {err}",
+                    binary.display()
+                );
+            }
+        }
+    }
+}

@@ -257,7 +257,6 @@ pub fn router(server: Arc<ApiServer>) -> Router {
         .route("/livez", axum::routing::get(healthy))
         .route("/metrics", axum::routing::get(metrics))
         .fallback(handle)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(server)
 }
 
@@ -275,7 +274,10 @@ async fn healthy() -> Response {
 
 async fn metrics(State(server): State<Arc<ApiServer>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         server.metrics().encode(),
     )
         .into_response()
@@ -550,29 +552,55 @@ async fn handle(
     method: Method,
     uri: Uri,
     headers: axum::http::HeaderMap,
-    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+    body: Body,
 ) -> Response {
-    if let Err(failure) = check_content_type(&method, &headers) {
+    let mut counted = Counted {
+        resource: String::new(),
+        subresource: "",
+        verb: verb(&method, uri.path(), &query(&uri), &headers),
+    };
+    // A request must never take the connection down with it: should a
+    // handler panic on some body nobody foresaw, the client gets a Status.
+    let answer =
+        std::panic::AssertUnwindSafe(answer(&server, &method, &uri, &headers, body, &mut counted));
+    let response = match futures_util::FutureExt::catch_unwind(answer).await {
+        Ok(response) => response,
+        Err(_) => Failure::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "the server could not handle this request",
+        )
+        .into_response(),
+    };
+    server.metrics().request(crate::metrics::RequestLabels {
+        verb: counted.verb,
+        resource: counted.resource,
+        subresource: counted.subresource,
+        code: response.status().as_u16(),
+    });
+    response
+}
+
+/// What a request is counted as, filled in as it is understood.
+struct Counted {
+    verb: &'static str,
+    resource: String,
+    subresource: &'static str,
+}
+
+/// The answer to one request.
+async fn answer(
+    server: &Arc<ApiServer>,
+    method: &Method,
+    uri: &Uri,
+    headers: &axum::http::HeaderMap,
+    body: Body,
+    counted: &mut Counted,
+) -> Response {
+    if let Err(failure) = check_content_type(method, headers) {
         return failure.into_response();
     }
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => {
-            let status = rejection.status();
-            let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                "RequestEntityTooLarge"
-            } else {
-                "BadRequest"
-            };
-            let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                format!("the request body is larger than the limit of {MAX_BODY} bytes")
-            } else {
-                rejection.body_text()
-            };
-            return Failure::new(status, reason, message).into_response();
-        }
-    };
-    let body = match json_body(&headers, body) {
+    let body = match read_body(body).await {
         Ok(body) => body,
         Err(failure) => return failure.into_response(),
     };
@@ -581,19 +609,24 @@ async fn handle(
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        if let Some(response) = aggregated_discovery(&server, uri.path(), accept) {
+        if let Some(response) = aggregated_discovery(server, uri.path(), accept) {
             return response;
         }
         if uri.path().trim_end_matches('/') == "/openapi/v2" {
-            return openapi_v2(&server, accept);
+            return openapi_v2(server, accept);
         }
-        if let Some(body) = discover(&server, uri.path()) {
+        if let Some(body) = discover(server, uri.path()) {
             return json_response(StatusCode::OK, &body);
         }
     }
     let result = async {
-        let mut target = parse_target(&server, uri.path())?;
-        let query = query(&uri);
+        let mut target = parse_target(server, uri.path())?;
+        counted.resource = target.resource.plural.clone();
+        counted.subresource = target.subresource();
+        // Read only once the path names something served: a protobuf body
+        // for a path nobody serves is a 404 like any other.
+        let body = json_body(headers, body)?;
+        let query = query(uri);
         target.options = WriteOptions::from_query(&query)?;
         target.patch = method == Method::PATCH;
         target.manager = match query.get("fieldManager").filter(|m| !m.is_empty()) {
@@ -608,53 +641,78 @@ async fn handle(
         };
         // A write that lost a race to another is run again (a few times).
         let mut attempts = 0;
-        let answer = loop {
+        loop {
             attempts += 1;
-            match dispatch(&server, &target, &method, &uri, &headers, &query, &body).await {
+            match dispatch(server, &target, method, uri, headers, &query, &body).await {
                 Err(failure) if failure.race && attempts < RACE_RETRIES => continue,
                 other => break other,
             }
-        };
-        let code = match &answer {
-            Ok(response) => response.status(),
-            Err(failure) => failure.code,
-        };
-        server.metrics().request(crate::metrics::RequestLabels {
-            verb: verb(&method, &target, &query, &headers),
-            resource: target.resource.plural.clone(),
-            subresource: target.subresource(),
-            code: code.as_u16(),
-        });
-        answer
+        }
     };
-    // A request must never take the connection down with it: should a
-    // handler panic on some body nobody foresaw, the client gets a Status.
-    match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(result)).await {
-        Ok(result) => result.unwrap_or_else(IntoResponse::into_response),
-        Err(_) => Failure::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "InternalError",
-            "the server could not handle this request",
-        )
-        .into_response(),
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Most of an oversized body read (and thrown away) before its 413 is
+/// answered: a client still sending when the server closes gets a reset
+/// instead of the answer. Beyond this the connection is closed.
+const DRAIN_BODY: usize = 64 * 1024 * 1024;
+
+/// The request body, up to [`MAX_BODY`] bytes; a larger one is a 413 once
+/// it has been read to its end (up to [`DRAIN_BODY`]), so the client reads
+/// the answer rather than a broken pipe.
+async fn read_body(body: Body) -> Result<Bytes, Failure> {
+    let mut body = body.into_data_stream();
+    let mut read = Vec::new();
+    let mut total = 0usize;
+    while let Some(chunk) = futures_util::StreamExt::next(&mut body).await {
+        let chunk = chunk.map_err(|e| {
+            Failure::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!("reading the body: {e}"),
+            )
+        })?;
+        total += chunk.len();
+        if total <= MAX_BODY {
+            read.extend_from_slice(&chunk);
+        } else if total > DRAIN_BODY {
+            break;
+        }
     }
+    if total > MAX_BODY {
+        return Err(Failure::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!("the request body is larger than the limit of {MAX_BODY} bytes"),
+        ));
+    }
+    Ok(Bytes::from(read))
 }
 
 /// A request's verb as kube-apiserver counts it.
 fn verb(
     method: &Method,
-    target: &Target,
+    path: &str,
     query: &BTreeMap<String, String>,
     headers: &axum::http::HeaderMap,
 ) -> &'static str {
+    // `…/<resource>/<name>` has an odd number of segments after the group
+    // version's (`api/v1` or `apis/g/v`), namespaces counted as a pair.
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match segments.first() {
+        Some(&"api") => segments.len().saturating_sub(2),
+        _ => segments.len().saturating_sub(3),
+    };
+    let in_namespace = segments.contains(&"namespaces") && rest > 2;
+    let named = if in_namespace { rest >= 4 } else { rest >= 2 };
     match *method {
-        Method::GET if target.name.is_some() => "GET",
+        Method::GET if named => "GET",
         Method::GET if matches!(query.get("watch").map(String::as_str), Some("true" | "1")) => {
             "WATCH"
         }
         Method::GET => "LIST",
-        Method::POST => "CREATE",
-        Method::PUT => "UPDATE",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
         Method::PATCH
             if content_type(headers).as_deref() == Some("application/apply-patch+yaml") =>
         {
