@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use modelplane_apiserver::serve::{Config, run as serve};
+use modelplane_apiserver::serve::{Config, serve};
 
 /// Arguments of `modelplane apiserver`.
 #[derive(Args, Debug)]
@@ -55,11 +55,17 @@ pub fn run(args: &ApiserverArgs) -> anyhow::Result<()> {
         listen: args.listen,
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
     };
-    serve(config, |addr, kubeconfig| {
+    let ready = |addr: std::net::SocketAddr, kubeconfig: &std::path::Path| {
         println!(
             "serving on https://{addr}; kubeconfig: {}",
             kubeconfig.display()
         );
-    })
-    .map_err(|e| anyhow::anyhow!("apiserver: {e}"))
+    };
+    // Ctrl-C or SIGTERM (what a service manager sends) stops accepting,
+    // ends the watches and lets requests in flight finish.
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(serve(config, ready, crate::logging::terminated()))
+        .map_err(|e| anyhow::anyhow!("apiserver: {e}"))
 }

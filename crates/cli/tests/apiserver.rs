@@ -954,3 +954,24 @@ fn an_oversized_body_gets_its_413_through_kubectl_every_time() {
         }
     }
 }
+
+#[test]
+fn sigterm_stops_the_server_cleanly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::start(&dir.path().join("data"));
+    let (ok, _, err) = server.kubectl(&dir.path().join("cache"), &["get", "namespaces"]);
+    assert!(ok, "{err}");
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill")
+            .success()
+    );
+    let status = server.child.wait().expect("the server exits");
+    assert!(
+        status.success(),
+        "it drains and exits 0 on SIGTERM: {status}"
+    );
+}
