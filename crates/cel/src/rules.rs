@@ -9,10 +9,12 @@
 //! converted nor walked, so a check costs the rules and little else.
 //!
 //! Values are converted as Kubernetes converts them for CEL: a declared
-//! property's name is escaped (`x-y` is `x__dash__y`, `namespace` is
-//! `__namespace__`; a map's keys are data and stay as they are), and a
-//! string whose schema says `format: date-time` or `duration` is a CEL
-//! `timestamp` or `duration`.
+//! property's name is escaped (`x-y` is `x__dash__y`, `a__b` is
+//! `a__underscores__b`, `namespace` is `__namespace__`; a name starting
+//! with a digit is not visible; a map's keys are data and stay as they
+//! are), and a string whose schema says `format: date-time` or `duration`
+//! is a CEL `timestamp` or `duration`. (`format: date` stays a string: the
+//! compiled schema does not keep that format.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -95,17 +97,22 @@ impl RuleTree {
             Value::Object(map) => {
                 let mut out = HashMap::new();
                 for (name, child) in &self.properties {
-                    if let (Some(v), Some(schema)) = (map.get(name), compiled.properties.get(name))
-                    {
-                        out.insert(key(compiled, name), child.to_cel(schema, v));
+                    if let (Some(v), Some(schema), Some(key)) = (
+                        map.get(name),
+                        compiled.properties.get(name),
+                        key(compiled, name),
+                    ) {
+                        out.insert(key, child.to_cel(schema, v));
                     }
                 }
                 if let (Some(values), Some(schema)) =
                     (&self.values, compiled.additional_properties.as_deref())
                 {
                     for (k, v) in map {
-                        if !compiled.properties.contains_key(k) {
-                            out.insert(key(compiled, k), values.to_cel(schema, v));
+                        if let (false, Some(key)) =
+                            (compiled.properties.contains_key(k), key(compiled, k))
+                        {
+                            out.insert(key, values.to_cel(schema, v));
                         }
                     }
                 }
@@ -123,14 +130,15 @@ impl RuleTree {
 }
 
 /// The CEL key of property `name` of an object whose schema is `compiled`:
-/// escaped, unless the object is a map (its keys are data).
-fn key(compiled: &CompiledSchema, name: &str) -> Key {
+/// escaped, unless the object is a map (its keys are data); `None` for a
+/// name rules cannot see.
+fn key(compiled: &CompiledSchema, name: &str) -> Option<Key> {
     let name = if compiled.is_map {
         name.to_string()
     } else {
-        escape(name)
+        escape(name)?
     };
-    Key::String(Arc::new(name))
+    Some(Key::String(Arc::new(name)))
 }
 
 /// CEL's reserved words, which a property name is escaped from.
@@ -159,23 +167,34 @@ const RESERVED: [&str; 21] = [
 ];
 
 /// A property name as Kubernetes exposes it to CEL: `__word__` for a
-/// reserved word, else `_`, `.`, `-` and `/` spelled `__`, `__dot__`,
-/// `__dash__` and `__slash__`.
-fn escape(name: &str) -> String {
+/// reserved word, else `__`, `.`, `-` and `/` spelled `__underscores__`,
+/// `__dot__`, `__dash__` and `__slash__` (a single `_` stays). A name that
+/// starts with a digit or holds any other character is not visible to rules.
+fn escape(name: &str) -> Option<String> {
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
     if RESERVED.contains(&name) {
-        return format!("__{name}__");
+        return Some(format!("__{name}__"));
     }
     let mut escaped = String::with_capacity(name.len());
-    for c in name.chars() {
+    let mut rest = name;
+    while let Some(c) = rest.chars().next() {
+        if let Some(after) = rest.strip_prefix("__") {
+            escaped.push_str("__underscores__");
+            rest = after;
+            continue;
+        }
         match c {
-            '_' => escaped.push_str("__"),
             '.' => escaped.push_str("__dot__"),
             '-' => escaped.push_str("__dash__"),
             '/' => escaped.push_str("__slash__"),
-            c => escaped.push(c),
+            c if c.is_ascii_alphanumeric() || c == '_' => escaped.push(c),
+            _ => return None,
         }
+        rest = &rest[c.len_utf8()..];
     }
-    escaped
+    Some(escaped)
 }
 
 /// `value` as CEL, read through its schema: names escaped, date-times and
@@ -202,13 +221,13 @@ fn typed(compiled: &CompiledSchema, value: &Value) -> Cel {
         Value::Object(map) => {
             let mut out: HashMap<Key, Cel> = map
                 .iter()
-                .map(|(k, v)| {
+                .filter_map(|(k, v)| {
                     let schema = compiled
                         .properties
                         .get(k)
                         .or(compiled.additional_properties.as_deref());
                     let v = schema.map_or_else(|| to_cel(v), |schema| typed(schema, v));
-                    (key(compiled, k), v)
+                    Some((key(compiled, k)?, v))
                 })
                 .collect();
             if compiled.embedded_resource {
@@ -232,9 +251,11 @@ fn typed(compiled: &CompiledSchema, value: &Value) -> Cel {
     }
 }
 
-/// A Go duration (`1h30m`, `-1.5s`, `300ms`, `0`), as Kubernetes' CEL reads
-/// `format: duration`.
+/// A duration as Kubernetes reads `format: duration` (go-openapi's strfmt):
+/// Go's syntax (`1h30m`, `-1.5s`, `300ms`, `0`), also days and weeks and
+/// unit words (`1d`, `2w`, `3 hours`).
 fn go_duration(text: &str) -> Option<chrono::Duration> {
+    let text = text.trim();
     let (negative, mut rest) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
@@ -250,21 +271,23 @@ fn go_duration(text: &str) -> Option<chrono::Duration> {
             .find(|c: char| !c.is_ascii_digit() && c != '.')
             .filter(|end| *end > 0)?;
         let number: f64 = rest[..number_end].parse().ok()?;
-        rest = &rest[number_end..];
+        rest = rest[number_end..].trim_start();
         let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .find(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
             .unwrap_or(rest.len());
         let per_unit = match &rest[..unit_end] {
-            "ns" => 1.0,
-            "us" | "µs" | "μs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
+            "ns" | "nanosecond" | "nanoseconds" => 1.0,
+            "us" | "µs" | "μs" | "microsecond" | "microseconds" => 1e3,
+            "ms" | "millisecond" | "milliseconds" => 1e6,
+            "s" | "sec" | "secs" | "second" | "seconds" => 1e9,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60e9,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3600e9,
+            "d" | "day" | "days" => 86_400e9,
+            "w" | "wk" | "wks" | "week" | "weeks" => 604_800e9,
             _ => return None,
         };
         nanos += number * per_unit;
-        rest = &rest[unit_end..];
+        rest = rest[unit_end..].trim_start();
     }
     let nanos = if negative { -nanos } else { nanos };
     // Rounded to whole nanoseconds, within i64 (about 292 years).
@@ -328,7 +351,7 @@ impl<'a> Node<'a> {
     /// Property `name` of an object whose schema is `compiled`.
     fn property(self, compiled: &CompiledSchema, name: &str) -> Option<Node<'a>> {
         let json = self.json.get(name)?;
-        let Key::String(key) = key(compiled, name) else {
+        let Key::String(key) = key(compiled, name)? else {
             return None;
         };
         match self.cel {
@@ -514,20 +537,22 @@ mod tests {
             "x-kubernetes-validations": [
                 { "rule": "self.max__dash__replicas >= self.min__dash__replicas", "message": "max below min" },
                 { "rule": "self.__namespace__ != 'kube-system'", "message": "reserved" },
-                { "rule": "self.a__dot__b__slash__c == 'x' && self.snake__case == 1", "message": "dots" },
+                { "rule": "self.a__dot__b__slash__c == 'x' && self.snake_case == 1 && self.x__underscores__y == 2", "message": "dots" },
+                { "rule": "size(self) == 7", "message": "invisible names are left out" },
                 { "rule": "self.labels.all(k, k != 'team-a')", "message": "map keys are data" },
             ],
             "properties": {
                 "max-replicas": { "type": "integer" }, "min-replicas": { "type": "integer" },
                 "namespace": { "type": "string" }, "a.b/c": { "type": "string" },
-                "snake_case": { "type": "integer" },
+                "snake_case": { "type": "integer" }, "x__y": { "type": "integer" },
+                "1st": { "type": "integer" }, "a b": { "type": "integer" },
                 "labels": { "type": "object", "additionalProperties": { "type": "string" } },
             },
         } } });
         let object = |max: i64, namespace: &str, label: &str| {
             json!({ "spec": {
             "max-replicas": max, "min-replicas": 2, "namespace": namespace, "a.b/c": "x",
-            "snake_case": 1, "labels": { label: "yes" },
+            "snake_case": 1, "x__y": 2, "1st": 1, "a b": 1, "labels": { label: "yes" },
         } })
         };
         assert_eq!(
@@ -585,7 +610,12 @@ mod tests {
         assert_eq!(nanos("-1.5s"), Some(-1_500_000_000));
         assert_eq!(nanos("300ms"), Some(300_000_000));
         assert_eq!(nanos("2µs1ns"), Some(2_001));
-        assert_eq!(nanos("1d"), None);
+        assert_eq!(nanos("1d"), Some(86_400_000_000_000));
+        assert_eq!(
+            nanos("2w 3 hours"),
+            Some(2 * 604_800_000_000_000 + 3 * 3_600_000_000_000)
+        );
+        assert_eq!(nanos("1y"), None);
         assert_eq!(nanos("h"), None);
         assert_eq!(nanos(""), None);
     }
