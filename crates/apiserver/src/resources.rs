@@ -310,6 +310,63 @@ const BUILTINS: &[Row] = &[
         &[],
         false,
     ),
+    // What kubectl's other generators create (create cronjob, ingress, pdb,
+    // autoscale): stored and served as kinds, with no controller behind them.
+    ("batch", "v1", "CronJob", "cronjobs", true, &["cj"], true),
+    (
+        "networking.k8s.io",
+        "v1",
+        "Ingress",
+        "ingresses",
+        true,
+        &["ing"],
+        true,
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "IngressClass",
+        "ingressclasses",
+        false,
+        &[],
+        false,
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        true,
+        &["netpol"],
+        false,
+    ),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+        &["pdb"],
+        true,
+    ),
+    (
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        true,
+        &["hpa"],
+        true,
+    ),
+    (
+        "",
+        "v1",
+        "LimitRange",
+        "limitranges",
+        true,
+        &["limits"],
+        false,
+    ),
     (
         "apiextensions.k8s.io",
         "v1",
@@ -319,6 +376,19 @@ const BUILTINS: &[Row] = &[
         &["crd", "crds"],
         true,
     ),
+];
+
+/// The kinds in the `all` category.
+const ALL: [&str; 9] = [
+    "pods",
+    "services",
+    "daemonsets",
+    "deployments",
+    "replicasets",
+    "statefulsets",
+    "jobs",
+    "cronjobs",
+    "horizontalpodautoscalers",
 ];
 
 /// Every built-in resource.
@@ -334,14 +404,20 @@ pub fn builtins() -> Vec<Resource> {
                 singular: kind.to_ascii_lowercase(),
                 namespaced,
                 short_names: short.iter().map(|s| s.to_string()).collect(),
-                categories: Vec::new(),
+                // `kubectl get all`, as Kubernetes groups them.
+                categories: ALL
+                    .contains(&plural)
+                    .then(|| vec!["all".to_string()])
+                    .unwrap_or_default(),
                 status,
                 columns: Vec::new(),
                 schema: None,
-                scale: (kind == "Deployment").then(|| ScalePaths {
-                    spec_replicas: ".spec.replicas".into(),
-                    status_replicas: ".status.replicas".into(),
-                    label_selector: None,
+                scale: matches!(kind, "Deployment" | "ReplicaSet" | "StatefulSet").then(|| {
+                    ScalePaths {
+                        spec_replicas: ".spec.replicas".into(),
+                        status_replicas: ".status.replicas".into(),
+                        label_selector: None,
+                    }
                 }),
             },
         )

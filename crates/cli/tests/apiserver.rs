@@ -776,6 +776,35 @@ const GENERATORS: &[&[&str]] = &[
         "--clusterrole=view",
         "--user=alice",
     ],
+    &["create", "role", "NAME", "--verb=get", "--resource=pods"],
+    &[
+        "create",
+        "rolebinding",
+        "NAME",
+        "--clusterrole=view",
+        "--serviceaccount=default:default",
+    ],
+    &["create", "service", "clusterip", "NAME", "--tcp=80:8080"],
+    &[
+        "create",
+        "cronjob",
+        "NAME",
+        "--image=busybox",
+        "--schedule=*/5 * * * *",
+    ],
+    &[
+        "create",
+        "ingress",
+        "NAME",
+        "--rule=models.example.com/v1*=svc:8080",
+    ],
+    &[
+        "create",
+        "poddisruptionbudget",
+        "NAME",
+        "--selector=app=engine",
+        "--min-available=1",
+    ],
 ];
 
 /// A stored object with what differs between two creations of the same
