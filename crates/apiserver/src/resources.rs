@@ -405,10 +405,11 @@ pub fn builtins() -> Vec<Resource> {
                 namespaced,
                 short_names: short.iter().map(|s| s.to_string()).collect(),
                 // `kubectl get all`, as Kubernetes groups them.
-                categories: ALL
-                    .contains(&plural)
-                    .then(|| vec!["all".to_string()])
-                    .unwrap_or_default(),
+                categories: if ALL.contains(&plural) {
+                    vec!["all".to_string()]
+                } else {
+                    Vec::new()
+                },
                 status,
                 columns: Vec::new(),
                 schema: None,

@@ -776,6 +776,13 @@ const GENERATORS: &[&[&str]] = &[
         "--clusterrole=view",
         "--user=alice",
     ],
+    &[
+        "create",
+        "deployment",
+        "NAME",
+        "--image=busybox",
+        "--replicas=0",
+    ],
     &["create", "role", "NAME", "--verb=get", "--resource=pods"],
     &[
         "create",

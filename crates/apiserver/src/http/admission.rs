@@ -49,7 +49,7 @@ pub(super) fn admit(
         let (object, problems) = schema.review(object, old);
         (object, problems, Vec::new())
     } else {
-        return Ok((object, Vec::new()));
+        return builtin(target, object);
     };
     let errors = field_validation(target, problems, &mut warnings)?;
     if !errors.is_empty() {
@@ -58,6 +58,40 @@ pub(super) fn admit(
     admitted["metadata"] = metadata;
     Ok((admitted, warnings))
 }
+/// A built-in kind's object read as its Go type reads it: a value of the
+/// wrong type is a 400 (as decoding is), unknown fields are dropped and
+/// then warned about, ignored or refused by the request's `fieldValidation`.
+fn builtin(target: &Target, mut object: Value) -> Result<(Value, Vec<String>), Failure> {
+    let resource = &target.resource;
+    let read = match crate::protobuf::check(&resource.api_version(), &resource.kind, &mut object) {
+        None => return Ok((object, Vec::new())),
+        Some(Ok(read)) => read,
+        Some(Err(why)) => {
+            return Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!(
+                    "{kind} in version \"{}\" cannot be handled as a {kind}: {why}",
+                    resource.version,
+                    kind = resource.kind,
+                ),
+            ));
+        }
+    };
+    let unknown = read
+        .unknown
+        .into_iter()
+        .map(|message| modelplane_cel::Problem {
+            path: String::new(),
+            message,
+            unknown_field: true,
+        })
+        .collect();
+    let mut warnings = Vec::new();
+    field_validation(target, unknown, &mut warnings)?;
+    Ok((object, warnings))
+}
+
 /// Applies the request's `fieldValidation` to the unknown fields among
 /// `problems` (already pruned); returns the other problems.
 pub(super) fn field_validation(

@@ -10,10 +10,18 @@ the Kubernetes types' own and needs no network:
     whether the field is required (a required field keeps its zero value in
     JSON; an optional one is left out when empty, as Go's omitempty does).
 
+  - pointers.txt (beside this script): the scalar fields the Go types declare
+    as pointers (`*int32`, `*bool`, `*string`, …), one `package Message
+    jsonName` a line, read off the Kubernetes Go types. Go writes a pointer
+    field to protobuf only when it is set, so its zero value was sent and is
+    kept; a non-pointer optional field is always written and its zero means
+    unset (omitempty).
+
 Usage (from the repository's root, after `cargo fetch`):
   python3 crates/apiserver/src/protobuf/generate.py \
       ~/.cargo/registry/src/*/k8s-pb-0.9.0 \
       ~/.cargo/registry/src/*/k8s-openapi-0.29.0 v1_35 \
+      crates/apiserver/src/protobuf/pointers.txt \
       > crates/apiserver/src/protobuf/schema.json
 
 Output: {"package.Message": [[number, json name, type, label, keep zero], ...]}
@@ -157,7 +165,12 @@ def lower_camel(snake):
 
 
 def main():
-    k8s_pb, k8s_openapi, version = sys.argv[1:4]
+    k8s_pb, k8s_openapi, version, pointers_file = sys.argv[1:5]
+    # Go and prost spell acronyms differently (HPAScalingRules, HpaScalingRules).
+    pointers = {
+        (package, message.lower(), field)
+        for package, message, field in (line.split() for line in open(pointers_file) if line.strip())
+    }
     schema = {}
     guessed = []
     for module in PACKAGES:
@@ -178,7 +191,8 @@ def main():
                     required = "+optional" not in doc
                     if known:
                         guessed.append(f"{message}.{rust}")
-                keep_zero = required and label == "" and kind in SCALARS
+                pointer = (package_of(module), message.lower(), json_name) in pointers
+                keep_zero = (required or pointer) and label == "" and kind in SCALARS
                 rows.append([number, json_name, kind, label, keep_zero])
             schema[package_of(module) + "." + message] = sorted(rows)
     for name in guessed:

@@ -9,8 +9,11 @@
 //! the schema of the built-in kinds (`schema.rs`), then mapped to JSON
 //! (`json.rs`); answers stay JSON, which those clients accept too.
 
+mod check;
 mod json;
 mod schema;
+
+pub use check::{Read, check};
 
 use prost_reflect::{DynamicMessage, Value as Field};
 use serde_json::Value;
@@ -339,6 +342,25 @@ mod tests {
             object["spec"]["containers"][0],
             json!({ "name": "engine", "resources": { "limits": { "memory": "48Gi", "nvidia.com/gpu": "1" } } })
         );
+    }
+
+    #[test]
+    fn a_pointer_field_keeps_the_zero_it_was_sent_and_an_optional_one_does_not() {
+        // Go writes both: replicas (*int32) because it was set, minReadySeconds
+        // (int32, omitempty) because non-pointer fields are always written.
+        let spec = message(
+            "k8s.io.api.apps.v1.DeploymentSpec",
+            vec![
+                ("replicas", Field::I32(0)),
+                ("minReadySeconds", Field::I32(0)),
+            ],
+        );
+        let deployment = message(
+            "k8s.io.api.apps.v1.Deployment",
+            vec![("metadata", metadata("d")), ("spec", spec)],
+        );
+        let object = decode(&body("apps/v1", "Deployment", deployment)).expect("decodes");
+        assert_eq!(object["spec"], json!({ "replicas": 0 }));
     }
 
     #[test]
