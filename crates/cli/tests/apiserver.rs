@@ -319,6 +319,20 @@ fn apply_get_scale_explain(server: &Server, dir: &Path) {
     // Nothing differs from the files just applied.
     let (ok, out, err) = server.kubectl(&cache, &["diff", "-f", &examples.to_string_lossy()]);
     assert!(ok && out.is_empty(), "{version}: {out}{err}");
+    // Moving the same file to server-side apply conflicts with nothing: a
+    // class's devices are a list map, merged item by item, and the field
+    // the server defaulted inside an item (`claim`) is claimed by no one.
+    // (Lists a CRD leaves atomic conflict, as on Kubernetes, when the
+    // server defaulted anything inside them.)
+    let classes = examples.join("inference-classes.yaml");
+    let (ok, out, err) = server.kubectl(
+        &cache,
+        &["apply", "--server-side", "-f", &classes.to_string_lossy()],
+    );
+    assert!(
+        ok && out.contains("inferenceclass.modelplane.ai/l4-1x serverside-applied"),
+        "{version}: {out}{err}"
+    );
     // A kind nobody serves is named as Kubernetes names it.
     let typo = dir.join("typo.yaml");
     std::fs::write(

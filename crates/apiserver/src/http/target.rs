@@ -24,6 +24,18 @@ pub(super) struct Target {
 }
 
 impl Target {
+    /// The kind's structural schema, for server-side apply to merge lists
+    /// by: a CRD's own, a built-in kind's from the protobuf schema, else
+    /// null (lists atomic).
+    pub(super) fn structure(&self) -> Arc<Value> {
+        let resource = &self.resource;
+        resource
+            .schema
+            .clone()
+            .or_else(|| crate::protobuf::structure(&resource.api_version(), &resource.kind))
+            .unwrap_or_else(|| Arc::new(Value::Null))
+    }
+
     /// The subresource addressed, or empty.
     pub(super) fn subresource(&self) -> &'static str {
         if self.status {

@@ -130,7 +130,14 @@ pub(super) async fn create(
     let (mut object, warnings) = admit(server, target, object, None)?;
     crate::object::builtin_defaults(&mut object, &target.resource);
     let now = crate::object::now();
-    crate::apply::record_update(None, &mut object, &target.manager, &now, target.scope());
+    crate::apply::record_update(
+        None,
+        &mut object,
+        &target.manager,
+        &now,
+        target.scope(),
+        &target.structure(),
+    );
     let is_crd = target.resource.plural == "customresourcedefinitions";
     if is_crd {
         crate::crd::accept(&mut object, &now);
@@ -209,6 +216,7 @@ pub(super) async fn update_to(
             &target.manager,
             &now,
             target.scope(),
+            &target.structure(),
         );
     }
     let response = store_update(server, target, name, old, new, change, expected).await?;
@@ -400,8 +408,16 @@ pub(super) async fn server_side_apply(
             ));
         }
         check_namespace(server, target).await?;
-        let mut object = crate::apply::apply(None, &applied, manager, force, &now, target.scope())
-            .map_err(conflict)?;
+        let mut object = crate::apply::apply(
+            None,
+            &applied,
+            manager,
+            force,
+            &now,
+            target.scope(),
+            &target.structure(),
+        )
+        .map_err(conflict)?;
         object["metadata"]["name"] = json!(name);
         let managed = object["metadata"]["managedFields"].clone();
         prepare_create(
@@ -449,6 +465,7 @@ pub(super) async fn server_side_apply(
         force,
         &now,
         target.scope(),
+        &target.structure(),
     )
     .map_err(conflict)?;
     // A resourceVersion in the applied object is a precondition.

@@ -24,11 +24,13 @@ Usage (from the repository's root, after `cargo fetch`):
       crates/apiserver/src/protobuf/pointers.txt \
       > crates/apiserver/src/protobuf/schema.json
 
-Output: {"package.Message": [[number, json name, type, label, keep zero], ...]}
+Output: {"package.Message": [[number, json name, type, label, keep zero, list type], ...]}
 where type is a scalar ("string", "int32", "int64", "bool", "double", "bytes")
 or a message's full name, label is "" (optional), "repeated", "map" (string
 keys; type is the value's) or "inline" (an embedded struct whose fields are
-the parent's in JSON), and keep zero says a zero value is written.
+the parent's in JSON), keep zero says a zero value is written, and list type
+is how server-side apply merges a repeated field: "atomic", "set", or "map:"
+and its key fields (from k8s-openapi's DeepMerge), or "" when not a list.
 """
 
 import json
@@ -146,10 +148,27 @@ def json_names(k8s_openapi, version, module):
             for m in re.finditer(r"^    pub (\w+): (.*),$", struct.group(2), re.M)
         }
         keys = re.findall(r'"([^"]+)" => Field::Key_(\w+),', text)
+        lists = list_strategies(text)
         types[struct.group(1).lower()] = {
-            same(rust): (json_name, required.get(rust, False)) for json_name, rust in keys
+            same(rust): (json_name, required.get(rust, False), lists.get(rust, ""))
+            for json_name, rust in keys
         }
     return types
+
+
+def list_strategies(text):
+    """rust field → how server-side apply merges the list, from k8s-openapi's
+    DeepMerge: "atomic", "set", or "map:" and the Rust names of its keys
+    (turned into JSON names once the item's fields are known)."""
+    out = {}
+    for m in re.finditer(r"merge_strategies::list::(atomic|set|map)\(\s*&mut self\.(\w+),", text):
+        strategy, field = m.group(1), m.group(2)
+        if strategy == "map":
+            keys_text = text[m.end():text.index("|current_item", m.end())]
+            keys = re.findall(r"lhs\.(\w+) ==", keys_text)
+            strategy = "map:" + ",".join(keys)
+        out[field] = strategy
+    return out
 
 
 def same(rust):
@@ -179,12 +198,13 @@ def main():
             known = names.get(message.lower(), {})
             rows = []
             for number, rust, kind, label, doc in fields:
+                list_type = ""
                 if same(rust) in known:
-                    json_name, required = known[same(rust)]
+                    json_name, required, list_type = known[same(rust)]
                 elif known and kind not in SCALARS and label == "":
                     # A Go struct embedded with `json:",inline"`: a field of
                     # its own in protobuf, its fields the parent's in JSON.
-                    rows.append([number, "", kind, "inline", False])
+                    rows.append([number, "", kind, "inline", False, ""])
                     continue
                 else:
                     json_name = lower_camel(rust)
@@ -193,8 +213,15 @@ def main():
                         guessed.append(f"{message}.{rust}")
                 pointer = (package_of(module), message.lower(), json_name) in pointers
                 keep_zero = (required or pointer) and label == "" and kind in SCALARS
-                rows.append([number, json_name, kind, label, keep_zero])
+                rows.append([number, json_name, kind, label, keep_zero, list_type])
             schema[package_of(module) + "." + message] = sorted(rows)
+    # A list map's keys are fields of its items: their JSON names.
+    for rows in schema.values():
+        for row in rows:
+            if row[5].startswith("map:"):
+                item = {same(r[1]): r[1] for r in schema.get(row[2], [])}
+                keys = [item.get(same(k), lower_camel(k)) for k in row[5][4:].split(",")]
+                row[5] = "map:" + ",".join(keys)
     for name in guessed:
         print(f"note: no JSON name in k8s-openapi for {name}; guessed", file=sys.stderr)
     json.dump(schema, sys.stdout, indent=None, separators=(",", ":"), sort_keys=True)

@@ -12,8 +12,10 @@
 mod check;
 mod json;
 mod schema;
+mod structure;
 
 pub use check::{Read, check};
+pub use structure::structure;
 
 use prost_reflect::{DynamicMessage, Value as Field};
 use serde_json::Value;

@@ -12,10 +12,10 @@ use prost_types::{
     DescriptorProto, FieldDescriptorProto, FileDescriptorProto, FileDescriptorSet, MessageOptions,
 };
 
-/// `{"package.Message": [[number, json name, type, label, keep zero], …]}`.
+/// `{"package.Message": [[number, json name, type, label, keep zero, list type], …]}`.
 const SCHEMA: &str = include_str!("schema.json");
 
-type Row = (u32, String, String, String, bool);
+type Row = (u32, String, String, String, bool, String);
 
 /// The pool and the JSON rules of every message in it.
 pub struct Schema {
@@ -24,6 +24,9 @@ pub struct Schema {
     keep_zero: HashSet<String>,
     /// `Message#number` of embedded structs whose fields are the parent's.
     inline: HashSet<String>,
+    /// `Message#number` of repeated fields → how apply merges them
+    /// (`atomic`, `set`, `map:key,…`).
+    lists: std::collections::HashMap<String, String>,
 }
 
 impl Schema {
@@ -33,6 +36,13 @@ impl Schema {
 
     pub fn is_inline(&self, message: &str, number: u32) -> bool {
         self.inline.contains(&format!("{message}#{number}"))
+    }
+
+    /// How server-side apply merges a repeated field (`atomic` unless said).
+    pub fn list_type(&self, message: &str, number: u32) -> &str {
+        self.lists
+            .get(&format!("{message}#{number}"))
+            .map_or("atomic", String::as_str)
     }
 }
 
@@ -45,6 +55,7 @@ fn build() -> Result<Schema, String> {
     let mut files: BTreeMap<&str, FileDescriptorProto> = BTreeMap::new();
     let mut keep_zero = HashSet::new();
     let mut inline = HashSet::new();
+    let mut lists = std::collections::HashMap::new();
     for (full_name, fields) in &rows {
         let (package, name) = full_name
             .rsplit_once('.')
@@ -53,9 +64,12 @@ fn build() -> Result<Schema, String> {
             name: Some(name.to_string()),
             ..Default::default()
         };
-        for (number, json_name, kind, label, zero) in fields {
+        for (number, json_name, kind, label, zero, list) in fields {
             if *zero {
                 keep_zero.insert(format!("{full_name}#{number}"));
+            }
+            if !list.is_empty() {
+                lists.insert(format!("{full_name}#{number}"), list.clone());
             }
             if label == "inline" {
                 inline.insert(format!("{full_name}#{number}"));
@@ -105,6 +119,7 @@ fn build() -> Result<Schema, String> {
         pool,
         keep_zero,
         inline,
+        lists,
     })
 }
 

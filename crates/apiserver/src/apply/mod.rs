@@ -1,17 +1,19 @@
-//! Server-side apply, a documented subset (`apiserver.md` §3.12): each
-//! field manager owns the fields it applied (maps merge key by key; lists
-//! and scalars are owned whole); applying again removes the fields that
+//! Server-side apply (`apiserver.md` §3.12): each field manager owns the
+//! fields it applied; maps merge key by key, lists by their schema's
+//! `x-kubernetes-list-type` (a map list item by item by its keys, a set value
+//! by value, an atomic list whole); applying again removes the fields that
 //! manager stopped applying unless another manager owns them; setting a
 //! field another manager owns to a different value is a conflict unless
 //! forced, which transfers ownership. Ownership is kept in
-//! `metadata.managedFields` in Kubernetes' FieldsV1 shape.
+//! `metadata.managedFields` in Kubernetes' FieldsV1 shape (`fields`).
+
+mod fields;
 
 use std::collections::BTreeSet;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-/// A field path: map keys from the root.
-type Path = Vec<String>;
+use fields::{Path, Seg, fields_v1, get, is_container, leaves, paths_of, remove, set};
 
 /// Apply refused because other managers own fields it would change.
 #[derive(Debug, PartialEq, Eq)]
@@ -57,110 +59,32 @@ impl Scope {
 
 /// Fields no manager owns in `scope`: identity, server-owned metadata, and
 /// what belongs to the other endpoint.
-fn ignored(path: &[String], scope: Scope) -> bool {
-    let first = path.first().map(String::as_str);
+fn ignored(path: &Path, scope: Scope) -> bool {
+    let name = |i: usize| match path.get(i) {
+        Some(Seg::F(k)) => Some(k.as_str()),
+        _ => None,
+    };
     match scope {
-        Scope::Status => first != Some("status"),
-        Scope::Main { status_subresource } => match path {
-            [only] => {
-                matches!(only.as_str(), "apiVersion" | "kind")
-                    || (status_subresource && only == "status")
-            }
-            [first, ..] if first == "status" => status_subresource,
-            [meta, key, ..] if meta == "metadata" => !matches!(
-                key.as_str(),
-                "labels" | "annotations" | "finalizers" | "ownerReferences"
+        Scope::Status => name(0) != Some("status"),
+        Scope::Main { status_subresource } => match (name(0), path.len()) {
+            (Some("apiVersion" | "kind"), 1) => true,
+            (Some("status"), _) => status_subresource,
+            (Some("metadata"), n) if n >= 2 => !matches!(
+                name(1),
+                Some("labels" | "annotations" | "finalizers" | "ownerReferences")
             ),
             _ => false,
         },
     }
 }
 
-/// The leaf paths of an object in `scope` (maps recurse; anything else is a leaf).
-fn leaves(value: &Value, scope: Scope, prefix: &mut Path, out: &mut BTreeSet<Path>) {
-    match value {
-        Value::Object(map) if !map.is_empty() || prefix.is_empty() => {
-            for (k, v) in map {
-                prefix.push(k.clone());
-                // `metadata` alone is no field, only what is inside it.
-                if !ignored(prefix, scope) || (prefix.len() == 1 && k == "metadata") {
-                    leaves(v, scope, prefix, out);
-                }
-                prefix.pop();
-            }
-        }
-        _ if prefix.is_empty() || ignored(prefix, scope) => {}
-        _ => {
-            out.insert(prefix.clone());
-        }
-    }
-}
-
-fn fields_v1(paths: &BTreeSet<Path>) -> Value {
-    let mut root = Map::new();
-    for path in paths {
-        let mut here = &mut root;
-        for key in path {
-            let entry = here.entry(format!("f:{key}")).or_insert_with(|| json!({}));
-            here = match entry.as_object_mut() {
-                Some(m) => m,
-                None => break,
-            };
-        }
-    }
-    Value::Object(root)
-}
-
-fn paths_of(fields: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
-    let Some(map) = fields.as_object().filter(|m| !m.is_empty()) else {
-        if !prefix.is_empty() {
-            out.insert(prefix.clone());
-        }
-        return;
-    };
-    for (k, v) in map {
-        if let Some(key) = k.strip_prefix("f:") {
-            prefix.push(key.to_string());
-            paths_of(v, prefix, out);
-            prefix.pop();
-        }
-    }
-}
-
-fn get<'a>(value: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter().try_fold(value, |v, k| v.get(k))
-}
-
-fn remove(value: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut here = value;
-    for key in parents {
-        match here.get_mut(key) {
-            Some(next) => here = next,
-            None => return,
-        }
-    }
-    if let Some(map) = here.as_object_mut() {
-        map.remove(last);
-    }
-}
-
-fn set(value: &mut Value, path: &[String], leaf: Value) {
-    let Some((last, parents)) = path.split_last() else {
-        return;
-    };
-    let mut here = value;
-    for key in parents {
-        if !here[key.as_str()].is_object() {
-            here[key.as_str()] = json!({});
-        }
-        here = &mut here[key.as_str()];
-    }
-    if here.is_object() {
-        here[last.as_str()] = leaf;
-    }
+/// The leaf paths of `value` in `scope`, read through `schema`.
+fn owned(value: &Value, schema: &Value, scope: Scope) -> BTreeSet<Path> {
+    let mut out = BTreeSet::new();
+    leaves(value, schema, &mut Vec::new(), &mut out, &|p| {
+        ignored(p, scope)
+    });
+    out
 }
 
 /// One entry of `metadata.managedFields`: who owns which fields, through
@@ -231,7 +155,8 @@ fn store_entries(object: &mut Value, entries: &[Entry]) {
 }
 
 /// Applies `applied` for `manager` onto `live` (absent for a create), in
-/// `scope`: the manager owns what it applies; what it applied before and
+/// `scope`, reading both through `schema` (the kind's structural schema, or
+/// null): the manager owns what it applies; what it applied before and
 /// leaves out now goes unless another manager owns it; a field another
 /// manager owns with a different value is a conflict unless `force`, which
 /// takes it over.
@@ -242,10 +167,10 @@ pub fn apply(
     force: bool,
     now: &str,
     scope: Scope,
+    schema: &Value,
 ) -> Result<Value, Conflicts> {
     let subresource = scope.subresource();
-    let mut wanted = BTreeSet::new();
-    leaves(applied, scope, &mut Vec::new(), &mut wanted);
+    let wanted = owned(applied, schema, scope);
     let mut all = live.map(entries).unwrap_or_default();
     let previous: BTreeSet<Path> = all
         .iter()
@@ -254,13 +179,17 @@ pub fn apply(
         .unwrap_or_default();
     all.retain(|e| !e.is(manager, "Apply", subresource));
 
+    // Saying that something exists (a list item, a map) claims no value.
+    let changes = |path: &Path| {
+        !is_container(path, applied) && live.and_then(|l| get(l, path)) != get(applied, path)
+    };
     let conflicts: Vec<(String, String)> = wanted
         .iter()
-        .filter(|path| live.and_then(|l| get(l, path)) != get(applied, path))
+        .filter(|path| changes(path))
         .flat_map(|path| {
             all.iter()
                 .filter(|e| e.manager != manager && e.paths.contains(path))
-                .map(|e| (e.manager.clone(), path.join(".")))
+                .map(|e| (e.manager.clone(), fields::display(path)))
         })
         .collect();
     if !conflicts.is_empty() && !force {
@@ -269,19 +198,29 @@ pub fn apply(
     // What this manager applies now is its own alone (forced, or agreed).
     for entry in &mut all {
         if force || entry.manager == manager {
-            entry.paths.retain(|p| !wanted.contains(p));
+            entry
+                .paths
+                .retain(|p| !wanted.contains(p) || is_container(p, applied));
         }
     }
 
     let mut result = live.cloned().unwrap_or_else(|| json!({}));
+    // What nobody else owns (anywhere below it) goes; a list item goes
+    // whole, its fields with it.
+    let mut removed: Vec<&Path> = Vec::new();
     for path in previous.difference(&wanted) {
-        if !all.iter().any(|e| e.paths.contains(path)) {
+        let gone_with_parent = removed.iter().any(|r| path.starts_with(r));
+        let kept = all
+            .iter()
+            .any(|e| e.paths.iter().any(|p| p.starts_with(path)));
+        if !gone_with_parent && !kept {
             remove(&mut result, path);
+            removed.push(path);
         }
     }
     for path in &wanted {
         if let Some(value) = get(applied, path) {
-            set(&mut result, path, value.clone());
+            set(&mut result, path, value);
         }
     }
     if scope != Scope::Status {
@@ -315,10 +254,16 @@ pub fn apply(
 /// takes ownership of every field in `scope` it set or changed, from
 /// whoever owned it (updates never conflict); fields it removed are owned by
 /// nobody. Kept in `new`'s `metadata.managedFields`, based on `old`'s.
-pub fn record_update(old: Option<&Value>, new: &mut Value, manager: &str, now: &str, scope: Scope) {
+pub fn record_update(
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    now: &str,
+    scope: Scope,
+    schema: &Value,
+) {
     let subresource = scope.subresource();
-    let mut after = BTreeSet::new();
-    leaves(new, scope, &mut Vec::new(), &mut after);
+    let after = owned(new, schema, scope);
     let changed: BTreeSet<Path> = after
         .iter()
         .filter(|p| old.and_then(|o| get(o, p)) != get(new, p))
@@ -375,7 +320,7 @@ mod tests {
         force: bool,
         now: &str,
     ) -> Result<Value, Conflicts> {
-        super::apply(live, applied, manager, force, now, MAIN)
+        super::apply(live, applied, manager, force, now, MAIN, &Value::Null)
     }
 
     fn managers(object: &Value) -> Vec<(String, BTreeSet<Path>)> {
@@ -390,7 +335,14 @@ mod tests {
         let alice = apply(None, &cm(json!({ "a": "1" })), "alice", false, NOW).expect("alice");
         let mut edited = alice.clone();
         edited["data"]["a"] = json!("edited");
-        record_update(Some(&alice), &mut edited, "kubectl-edit", NOW, MAIN);
+        record_update(
+            Some(&alice),
+            &mut edited,
+            "kubectl-edit",
+            NOW,
+            MAIN,
+            &Value::Null,
+        );
         let owners = managers(&edited);
         assert!(
             owners
@@ -417,10 +369,18 @@ mod tests {
             status_subresource: true,
         };
         let applied = json!({ "apiVersion": "v1", "kind": "X", "metadata": { "name": "x" }, "spec": { "a": 1 } });
-        let live = super::apply(None, &applied, "alice", false, NOW, main).expect("apply");
+        let live =
+            super::apply(None, &applied, "alice", false, NOW, main, &Value::Null).expect("apply");
         let mut with_status = live.clone();
         with_status["status"] = json!({ "ready": true });
-        record_update(Some(&live), &mut with_status, "ctl", NOW, Scope::Status);
+        record_update(
+            Some(&live),
+            &mut with_status,
+            "ctl",
+            NOW,
+            Scope::Status,
+            &Value::Null,
+        );
         let owners = managers(&with_status);
         assert!(
             owners.iter().any(|(m, p)| m == "alice" && p.len() == 1),
@@ -434,7 +394,8 @@ mod tests {
         let scope = Scope::Status;
         let live = json!({ "apiVersion": "v1", "kind": "X", "metadata": { "name": "x" }, "spec": { "a": 1 } });
         let applied = json!({ "apiVersion": "v1", "kind": "X", "metadata": { "name": "x" }, "status": { "ready": true }, "spec": { "a": 2 } });
-        let out = super::apply(Some(&live), &applied, "ctl", true, NOW, scope).expect("status");
+        let out = super::apply(Some(&live), &applied, "ctl", true, NOW, scope, &Value::Null)
+            .expect("status");
         assert_eq!(out["status"]["ready"], true);
         assert_eq!(
             out["spec"]["a"], 1,
@@ -508,5 +469,128 @@ mod tests {
             .map(|(_, p)| p.len())
             .unwrap_or(0);
         assert_eq!(alice_owns, 0, "force transfers ownership");
+    }
+
+    /// A kind whose `spec.devices` is a list map keyed by name.
+    fn device_schema() -> Value {
+        json!({ "type": "object", "properties": { "spec": { "type": "object", "properties": {
+            "devices": { "type": "array", "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": { "type": "object", "properties": {
+                    "name": { "type": "string" }, "count": { "type": "integer" },
+                    "claim": { "type": "string" } } } } } } } })
+    }
+
+    fn class(devices: Value) -> Value {
+        json!({ "apiVersion": "x/v1", "kind": "Class", "metadata": { "name": "c" },
+                "spec": { "devices": devices } })
+    }
+
+    fn apply_to(
+        live: Option<&Value>,
+        applied: &Value,
+        manager: &str,
+        force: bool,
+    ) -> Result<Value, Conflicts> {
+        super::apply(live, applied, manager, force, NOW, MAIN, &device_schema())
+    }
+
+    #[test]
+    fn an_empty_map_claims_no_one_elses_keys() {
+        let mut alice_cm = cm(json!({ "k": "v" }));
+        alice_cm["metadata"]["labels"] = json!({ "a": "1" });
+        let alice = apply(None, &alice_cm, "alice", false, NOW).expect("alice");
+        let mut empty = cm(json!({}));
+        empty["metadata"]["labels"] = json!({});
+        let bob = apply(Some(&alice), &empty, "bob", false, NOW).expect("bob");
+        assert_eq!(bob["data"], json!({ "k": "v" }));
+        assert_eq!(bob["metadata"]["labels"], json!({ "a": "1" }));
+    }
+
+    #[test]
+    fn list_map_items_merge_by_their_keys_and_conflict_field_by_field() {
+        let alice = apply_to(
+            None,
+            &class(json!([{ "name": "gpu", "count": 1 }])),
+            "alice",
+            false,
+        )
+        .expect("alice");
+        assert_eq!(
+            alice["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({ "f:spec": { "f:devices": { "k:{\"name\":\"gpu\"}": {
+                ".": {}, "f:count": {}, "f:name": {} } } } })
+        );
+        let both = apply_to(
+            Some(&alice),
+            &class(json!([{ "name": "nic", "count": 2 }])),
+            "bob",
+            false,
+        )
+        .expect("another item is bob's own");
+        assert_eq!(
+            both["spec"]["devices"],
+            json!([{ "name": "gpu", "count": 1 }, { "name": "nic", "count": 2 }])
+        );
+        let conflict = apply_to(
+            Some(&both),
+            &class(json!([{ "name": "gpu", "count": 3 }])),
+            "bob",
+            false,
+        )
+        .expect_err("alice's count");
+        assert_eq!(
+            conflict.0,
+            vec![(
+                "alice".to_string(),
+                "spec.devices[name=\"gpu\"].count".to_string()
+            )]
+        );
+        // Alice stops applying her item: it goes, bob's stays.
+        let alone = apply_to(Some(&both), &class(json!([])), "alice", false).expect("alice again");
+        assert_eq!(
+            alone["spec"]["devices"],
+            json!([{ "name": "nic", "count": 2 }])
+        );
+    }
+
+    #[test]
+    fn a_field_another_writer_defaulted_inside_an_item_is_no_conflict() {
+        // kubectl's client-side apply created it; the server defaulted `claim`.
+        let mut created = class(json!([{ "name": "gpu", "count": 1, "claim": "DRA" }]));
+        record_update(
+            None,
+            &mut created,
+            "kubectl-client-side-apply",
+            NOW,
+            MAIN,
+            &device_schema(),
+        );
+        // The same file applied server-side, without the default: no conflict.
+        let applied = apply_to(
+            Some(&created),
+            &class(json!([{ "name": "gpu", "count": 1 }])),
+            "kubectl",
+            false,
+        )
+        .expect("nothing changes");
+        assert_eq!(
+            applied["spec"]["devices"],
+            json!([{ "name": "gpu", "count": 1, "claim": "DRA" }])
+        );
+    }
+
+    #[test]
+    fn finalizers_are_a_set() {
+        let with = |finalizers: Value| {
+            let mut object = cm(json!({}));
+            object["metadata"]["finalizers"] = finalizers;
+            object
+        };
+        let alice = apply(None, &with(json!(["a.io/x"])), "alice", false, NOW).expect("alice");
+        let both = apply(Some(&alice), &with(json!(["b.io/y"])), "bob", false, NOW).expect("bob");
+        assert_eq!(both["metadata"]["finalizers"], json!(["a.io/x", "b.io/y"]));
+        let left = apply(Some(&both), &with(json!([])), "alice", false, NOW).expect("alice again");
+        assert_eq!(left["metadata"]["finalizers"], json!(["b.io/y"]));
     }
 }
