@@ -184,6 +184,9 @@ pub struct Store {
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
     reader: Mutex<Connection>,
+    /// Compaction's own connection: it never holds up readers, and takes
+    /// the write lock as the writer does.
+    compactor: Mutex<Connection>,
     events: broadcast::Sender<Event>,
 }
 
@@ -241,10 +244,12 @@ impl Store {
         writer.execute_batch(SCHEMA)?;
         let reader = Connection::open(path)?;
         configure(&reader)?;
-        Ok(Store::start(writer, reader))
+        let compactor = Connection::open(path)?;
+        configure(&compactor)?;
+        Ok(Store::start(writer, reader, compactor))
     }
 
-    fn start(writer: Connection, reader: Connection) -> Store {
+    fn start(writer: Connection, reader: Connection, compactor: Connection) -> Store {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let publish = events.clone();
@@ -256,6 +261,7 @@ impl Store {
             jobs: Some(jobs),
             writer: handle,
             reader: Mutex::new(reader),
+            compactor: Mutex::new(compactor),
             events,
         }
     }
@@ -453,19 +459,31 @@ impl Store {
     }
 
     /// Drops the log up to and including `revision` (kept: the live objects
-    /// and every later change). Returns the compacted revision.
+    /// and every later change). Returns the compacted revision. The mark
+    /// moves first (reads from before it are expired from then on), then the
+    /// old entries go in small transactions of their own, each taking the
+    /// write lock as the writer does: neither readers nor writes wait long.
     pub fn compact(&self, revision: Revision) -> Result<Revision, Error> {
-        let conn = self.reader.lock().map_err(|_| Error::Closed)?;
-        let tx = conn.unchecked_transaction()?;
+        let mut conn = self.compactor.lock().map_err(|_| Error::Closed)?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let current = meta(&tx, "revision")?;
         let target = revision.min(current).max(meta(&tx, "compacted")?);
-        tx.execute("DELETE FROM log WHERE rev <= ?1", [target])?;
         tx.execute(
             "UPDATE meta SET value = ?1 WHERE name = 'compacted'",
             [target],
         )?;
         tx.commit()?;
-        Ok(target)
+        loop {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let deleted = tx.execute(
+                "DELETE FROM log WHERE rev IN (SELECT rev FROM log WHERE rev <= ?1 LIMIT ?2)",
+                [target, COMPACT_BATCH],
+            )?;
+            tx.commit()?;
+            if deleted < usize::try_from(COMPACT_BATCH).unwrap_or(usize::MAX) {
+                return Ok(target);
+            }
+        }
     }
 }
 
@@ -575,6 +593,9 @@ fn commit_batch(
     tx.commit()?;
     Ok(outcomes)
 }
+
+/// Log entries compaction deletes per transaction.
+const COMPACT_BATCH: i64 = 5_000;
 
 fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>, events: broadcast::Sender<Event>) {
     while let Ok(first) = queue.recv() {
