@@ -8,9 +8,8 @@
 //! finalizer, deletes its dependents, and removes the finalizer once none is
 //! left (resumed at startup for owners a restart interrupted).
 //!
-//! Dependents are found by a byte search of the stored objects for the
-//! owner's uid; only the objects that mention it are parsed. Fine for the
-//! tens of thousands of objects an embedded control plane holds.
+//! Dependents, and whether an owner still exists, come from the store's
+//! owner index (`crate::owners`): a deletion reads only its dependents.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -73,36 +72,24 @@ fn decode(stored: &Stored) -> Option<Value> {
     read_stored(stored).ok()
 }
 
-/// Whether any stored object has `uid` as its own (not only as a reference).
-fn exists(everything: &[Stored], uid: &str) -> bool {
-    let finder = memchr::memmem::Finder::new(uid.as_bytes());
-    everything
-        .iter()
-        .filter(|stored| finder.find(&stored.value).is_some())
-        .filter_map(decode)
-        .any(|o| o["metadata"]["uid"].as_str() == Some(uid))
+/// Reads the object at `key`, if it is there.
+async fn read(server: &Arc<ApiServer>, key: &str) -> Option<(Stored, Value)> {
+    let s = server.clone();
+    let key = key.to_string();
+    let stored = tokio::task::spawn_blocking(move || s.store().get(&key))
+        .await
+        .ok()?
+        .ok()??;
+    let object = decode(&stored)?;
+    Some((stored, object))
 }
 
 /// Collects the dependents of the object whose uid was `owner`.
 pub async fn collect(server: Arc<ApiServer>, owner: String, orphan: bool) {
-    let s = server.clone();
-    let Ok(Ok((_, everything))) =
-        tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await
-    else {
-        return;
-    };
-    // Only objects whose bytes mention the owner can depend on it: parse
-    // those alone, so deleting an object costs a byte search of the store,
-    // not a parse of it.
-    let finder = memchr::memmem::Finder::new(owner.as_bytes());
-    let dependents: Vec<(Stored, Value)> = everything
-        .iter()
-        .filter(|stored| finder.find(&stored.value).is_some())
-        .filter_map(|stored| decode(stored).map(|o| (stored.clone(), o)))
-        .filter(|(_, o)| owner_uids(o).contains(&owner))
-        .collect();
-    for (stored, object) in dependents {
-        collect_one(&server, &everything, &owner, orphan, stored, object).await;
+    for key in server.store().dependents(&owner) {
+        if let Some((stored, object)) = read(&server, &key).await {
+            collect_one(&server, &owner, orphan, stored, object).await;
+        }
     }
 }
 
@@ -113,7 +100,6 @@ const ATTEMPTS: usize = 16;
 /// loses a race reads the dependent again and decides again.
 async fn collect_one(
     server: &Arc<ApiServer>,
-    everything: &[Stored],
     owner: &str,
     orphan: bool,
     mut stored: Stored,
@@ -123,7 +109,7 @@ async fn collect_one(
         // Other owners of this dependent that still exist keep it alive.
         let live: BTreeSet<String> = owner_uids(&object)
             .into_iter()
-            .filter(|u| u != owner && exists(everything, u))
+            .filter(|u| u != owner && server.store().has_uid(u))
             .collect();
         let uid = object["metadata"]["uid"]
             .as_str()
@@ -173,36 +159,16 @@ async fn collect_one(
 
 /// Collects every object whose owners are all gone: dependents of owners
 /// deleted around a crash, or whose collection gave up. Run at startup and
-/// periodically.
+/// periodically; reads only the index and the objects it names.
 pub async fn sweep(server: Arc<ApiServer>) {
-    let s = server.clone();
-    let Ok(Ok((_, everything))) =
-        tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await
-    else {
-        return;
-    };
-    let finder = memchr::memmem::Finder::new(b"\"ownerReferences\"");
-    let mut uids = std::collections::HashSet::new();
-    let mut owned = Vec::new();
-    for stored in &everything {
-        let Some(object) = decode(stored) else {
-            continue;
-        };
-        if let Some(uid) = object["metadata"]["uid"].as_str() {
-            uids.insert(uid.to_string());
-        }
-        if finder.find(&stored.value).is_some() {
-            owned.push(object);
-        }
-    }
-    let mut orphaned: BTreeSet<String> = BTreeSet::new();
-    for object in &owned {
-        let owners = owner_uids(object);
-        if !owners.is_empty() && owners.iter().all(|u| !uids.contains(u)) {
-            orphaned.extend(owners);
-        }
-    }
-    for owner in orphaned {
+    let store = server.store();
+    let gone: Vec<String> = store
+        .owners()
+        .into_iter()
+        .filter(|(owner, _)| !store.has_uid(owner))
+        .map(|(owner, _)| owner)
+        .collect();
+    for owner in gone {
         collect(server.clone(), owner, false).await;
     }
 }
@@ -227,16 +193,7 @@ pub async fn finish_foreground(server: Arc<ApiServer>, key: String) {
         let Some(uid) = owner["metadata"]["uid"].as_str().map(str::to_string) else {
             return;
         };
-        let s = server.clone();
-        let dependents = tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await;
-        let remaining = match dependents {
-            Ok(Ok((_, all))) => all
-                .iter()
-                .filter_map(decode)
-                .filter(|o| owner_uids(o).contains(&uid))
-                .count(),
-            _ => return,
-        };
+        let remaining = server.store().dependents(&uid).len();
         if remaining == 0 {
             if let Some(finalizers) = owner["metadata"]["finalizers"].as_array_mut() {
                 finalizers.retain(|f| f != FOREGROUND);

@@ -159,6 +159,37 @@ impl Keyspace {
         }
     }
 
+    /// This space's objects that name `owner` (see [`Store::dependents`]).
+    pub fn dependents(&self, owner: &str) -> Vec<String> {
+        self.store
+            .dependents(owner)
+            .iter()
+            .filter_map(|k| self.outer(k).map(str::to_string))
+            .collect()
+    }
+
+    /// Whether an object of this space has `uid`.
+    pub fn has_uid(&self, uid: &str) -> bool {
+        self.store
+            .key_of_uid(uid)
+            .is_some_and(|k| self.outer(&k).is_some())
+    }
+
+    /// The owner uids this space's objects name, with the keys naming each.
+    pub fn owners(&self) -> Vec<(String, Vec<String>)> {
+        self.store
+            .owners()
+            .into_iter()
+            .filter_map(|(owner, keys)| {
+                let keys: Vec<String> = keys
+                    .iter()
+                    .filter_map(|k| self.outer(k).map(str::to_string))
+                    .collect();
+                (!keys.is_empty()).then_some((owner, keys))
+            })
+            .collect()
+    }
+
     /// See [`Store::revision`].
     pub fn revision(&self) -> Result<Revision, Error> {
         self.store.revision()

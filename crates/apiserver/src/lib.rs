@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod namespaces;
 pub mod object;
 pub mod openapi;
+pub mod owners;
 pub mod patch;
 pub mod printers;
 pub mod protobuf;

@@ -16,6 +16,7 @@
 //!
 //! Values are opaque bytes: the API layer decides what an object is.
 
+use crate::owners::OwnerIndex;
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -188,6 +189,8 @@ pub struct Store {
     /// the write lock as the writer does.
     compactor: Mutex<Connection>,
     events: broadcast::Sender<Event>,
+    /// Uids and owner references of the live objects, kept by the writer.
+    owners: Arc<Mutex<OwnerIndex>>,
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -246,16 +249,33 @@ impl Store {
         configure(&reader)?;
         let compactor = Connection::open(path)?;
         configure(&compactor)?;
-        Ok(Store::start(writer, reader, compactor))
+        let mut owners = OwnerIndex::default();
+        {
+            let mut stmt = reader.prepare("SELECT key, value FROM current")?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let key: String = row.get(0)?;
+                let value: Vec<u8> = row.get(1)?;
+                owners.set(&key, Some(&value));
+            }
+        }
+        Ok(Store::start(writer, reader, compactor, owners))
     }
 
-    fn start(writer: Connection, reader: Connection, compactor: Connection) -> Store {
+    fn start(
+        writer: Connection,
+        reader: Connection,
+        compactor: Connection,
+        owners: OwnerIndex,
+    ) -> Store {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (events, _) = broadcast::channel(EVENT_BUFFER);
         let publish = events.clone();
+        let owners = Arc::new(Mutex::new(owners));
+        let index = owners.clone();
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(writer, queue, publish))
+            .spawn(move || write_loop(writer, queue, publish, &index))
             .ok();
         Store {
             jobs: Some(jobs),
@@ -263,6 +283,7 @@ impl Store {
             reader: Mutex::new(reader),
             compactor: Mutex::new(compactor),
             events,
+            owners,
         }
     }
 
@@ -458,6 +479,24 @@ impl Store {
         self.events.subscribe()
     }
 
+    /// The keys of the live objects that name `owner` in `ownerReferences`.
+    pub fn dependents(&self, owner: &str) -> Vec<String> {
+        self.owners
+            .lock()
+            .map(|i| i.dependents(owner))
+            .unwrap_or_default()
+    }
+
+    /// The key of the live object whose uid is `uid`.
+    pub fn key_of_uid(&self, uid: &str) -> Option<String> {
+        self.owners.lock().ok()?.key_of(uid)
+    }
+
+    /// Every owner uid some live object names, with the keys naming it.
+    pub fn owners(&self) -> Vec<(String, Vec<String>)> {
+        self.owners.lock().map(|i| i.owners()).unwrap_or_default()
+    }
+
     /// Drops the log up to and including `revision` (kept: the live objects
     /// and every later change). Returns the compacted revision. The mark
     /// moves first (reads from before it are expired from then on), then the
@@ -597,7 +636,12 @@ fn commit_batch(
 /// Log entries compaction deletes per transaction.
 const COMPACT_BATCH: i64 = 5_000;
 
-fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>, events: broadcast::Sender<Event>) {
+fn write_loop(
+    mut conn: Connection,
+    queue: mpsc::Receiver<Job>,
+    events: broadcast::Sender<Event>,
+    owners: &Mutex<OwnerIndex>,
+) {
     while let Ok(first) = queue.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -608,6 +652,13 @@ fn write_loop(mut conn: Connection, queue: mpsc::Receiver<Job>, events: broadcas
         }
         match commit_batch(&mut conn, &batch) {
             Ok(outcomes) => {
+                // Indexed before anyone hears of the writes.
+                if let Ok(mut index) = owners.lock() {
+                    for (event, _) in outcomes.iter().flatten() {
+                        let value = (event.kind != EventKind::Deleted).then_some(&*event.value);
+                        index.set(&event.key, value);
+                    }
+                }
                 for (job, outcome) in batch.into_iter().zip(outcomes) {
                     let reply = outcome.map(|(event, create_revision)| {
                         let stored = Stored {
