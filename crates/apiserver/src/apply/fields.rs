@@ -287,6 +287,46 @@ pub fn remove(value: &mut Value, path: &[Seg]) {
     }
 }
 
+/// Puts the items of every list map and set in `merged` in the order
+/// `applied` lists them, the items only others have after them (in the
+/// order they were): ownership is by key, but order is the applier's.
+pub fn order_like(merged: &mut Value, applied: &Value, schema: &Value, root: bool) {
+    match (merged, applied) {
+        (Value::Object(merged), Value::Object(applied)) => {
+            for (k, a) in applied {
+                if let Some(m) = merged.get_mut(k) {
+                    order_like(m, a, &child(schema, k, root), false);
+                }
+            }
+        }
+        (Value::Array(merged), Value::Array(applied)) => {
+            let identity = |item: &Value| -> Option<String> {
+                match list_type(schema) {
+                    List::Map(keys) => item_key(item, &keys),
+                    List::Set => Some(item.to_string()),
+                    List::Atomic => None,
+                }
+            };
+            let wanted: Vec<Option<String>> = applied.iter().map(identity).collect();
+            if wanted.iter().any(Option::is_none) {
+                return;
+            }
+            let rank = |item: &Value| {
+                let id = identity(item);
+                wanted.iter().position(|w| *w == id).unwrap_or(usize::MAX)
+            };
+            merged.sort_by_key(|item| rank(item));
+            for item in merged.iter_mut() {
+                let position = rank(item);
+                if let Some(a) = applied.get(position) {
+                    order_like(item, a, &schema["items"], false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 fn seg_key(seg: &Seg) -> String {
     match seg {
         Seg::F(k) => format!("f:{k}"),

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Value, json};
 
-use fields::{Path, Seg, fields_v1, get, is_container, leaves, paths_of, remove, set};
+use fields::{Path, Seg, fields_v1, get, is_container, leaves, order_like, paths_of, remove, set};
 
 /// Apply refused because other managers own fields it would change.
 #[derive(Debug, PartialEq, Eq)]
@@ -223,6 +223,7 @@ pub fn apply(
             set(&mut result, path, value);
         }
     }
+    order_like(&mut result, applied, schema, true);
     if scope != Scope::Status {
         for key in ["apiVersion", "kind"] {
             if let Some(v) = applied.get(key) {
@@ -530,7 +531,7 @@ mod tests {
         .expect("another item is bob's own");
         assert_eq!(
             both["spec"]["devices"],
-            json!([{ "name": "gpu", "count": 1 }, { "name": "nic", "count": 2 }])
+            json!([{ "name": "nic", "count": 2 }, { "name": "gpu", "count": 1 }])
         );
         let conflict = apply_to(
             Some(&both),
@@ -589,8 +590,33 @@ mod tests {
         };
         let alice = apply(None, &with(json!(["a.io/x"])), "alice", false, NOW).expect("alice");
         let both = apply(Some(&alice), &with(json!(["b.io/y"])), "bob", false, NOW).expect("bob");
-        assert_eq!(both["metadata"]["finalizers"], json!(["a.io/x", "b.io/y"]));
+        assert_eq!(both["metadata"]["finalizers"], json!(["b.io/y", "a.io/x"]));
         let left = apply(Some(&both), &with(json!([])), "alice", false, NOW).expect("alice again");
         assert_eq!(left["metadata"]["finalizers"], json!(["b.io/y"]));
+    }
+
+    #[test]
+    fn items_keep_the_order_they_are_applied_in() {
+        let applied = class(json!([{ "name": "l4", "count": 1 }, { "name": "h200", "count": 8 }]));
+        let created = apply_to(None, &applied, "alice", false).expect("alice");
+        assert_eq!(created["spec"]["devices"], applied["spec"]["devices"]);
+        let bob = apply_to(
+            Some(&created),
+            &class(json!([{ "name": "a100", "count": 4 }])),
+            "bob",
+            false,
+        )
+        .expect("bob");
+        let names: Vec<&str> = bob["spec"]["devices"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["a100", "l4", "h200"],
+            "bob's first, then the rest as they were"
+        );
     }
 }
