@@ -432,6 +432,13 @@ impl Store {
         })
     }
 
+    /// How many WAL pages trigger a checkpoint (SQLite's automatic
+    /// checkpoint copies the WAL's frames into the database file, fsyncs it,
+    /// and starts the WAL over).
+    pub fn checkpoint_pages(&self) -> Result<i64, Error> {
+        self.read(|c| c.pragma_query_value(None, "wal_autocheckpoint", |r| r.get(0)))
+    }
+
     /// The revision up to which history is compacted.
     pub fn compacted(&self) -> Result<Revision, Error> {
         self.read(|c| meta(c, "compacted"))

@@ -3,7 +3,9 @@
 //! and Kubernetes protobuf (envelopes naming real and made-up kinds around
 //! arbitrary message bytes): only
 //! 2xx or 4xx answers, every 4xx a `Status`, never a dropped connection or
-//! a 5xx, and the server still serving afterwards. `BODY_CASES` sets how
+//! a 5xx, and the server still serving afterwards; then a quarter as many
+//! over TCP and TLS (every one answered, none a dropped connection) and a
+//! sample through kubectl (`--raw`). `BODY_CASES` sets how
 //! many cases run (2,000 by default; the harness runs 100,000:
 //! `BODY_CASES=100000 cargo test --release -p modelplane-apiserver --test bodies`).
 
@@ -280,4 +282,146 @@ fn arbitrary_bodies_at_every_verb_get_a_status_and_the_server_stays_up() {
     let ran = ran.into_inner();
     assert_eq!(code, StatusCode::OK, "still serving after {ran} cases");
     println!("{ran} arbitrary bodies, every one answered 2xx or with a 4xx Status");
+}
+
+/// The server over TCP and TLS, as clients reach it; its kubeconfig.
+fn serving(
+    runtime: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+) -> (tokio::sync::oneshot::Sender<()>, std::path::PathBuf) {
+    use modelplane_apiserver::serve::{Config, MAX_CONNECTIONS, serve};
+    let (ready, path) = tokio::sync::oneshot::channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let config = Config {
+        data_dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        max_connections: MAX_CONNECTIONS,
+    };
+    runtime.spawn(serve(
+        config,
+        move |_, p| drop(ready.send(p.to_path_buf())),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (stop, runtime.block_on(path).expect("ready"))
+}
+
+/// kubectl 1.33 from the Google Cloud SDK, else the one on the PATH.
+fn kubectl() -> std::path::PathBuf {
+    let sdk = std::path::PathBuf::from("/usr/lib/google-cloud-sdk/bin/kubectl.1.33");
+    if sdk.exists() { sdk } else { "kubectl".into() }
+}
+
+#[test]
+fn arbitrary_bodies_over_tcp_and_through_kubectl_get_a_status_never_a_dropped_connection() {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (stop, kubeconfig) = serving(&runtime, dir.path());
+    let client = runtime.block_on(async {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig"),
+            &Default::default(),
+        )
+        .await
+        .expect("config");
+        kube::Client::try_from(config).expect("client")
+    });
+    // The same seed as in-process: a namespace, the CRDs, a ConfigMap.
+    let seed = |method: &str, path: &str, body: Vec<u8>| {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json")
+            .body(body)
+            .expect("request");
+        runtime.block_on(client.send(request.map(Into::into)))
+    };
+    let _ = seed(
+        "POST",
+        "/api/v1/namespaces",
+        br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns"}}"#.to_vec(),
+    );
+    for crd in modelplane_api::crds::all_crds() {
+        let _ = seed(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd.to_string().into_bytes(),
+        );
+    }
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: cases() / 4,
+        ..ProptestConfig::default()
+    });
+    let strategy = (0..PATHS.len(), 0..VERBS.len(), body());
+    runner
+        .run(&strategy, |(p, v, body)| {
+            let (method, content_type) = VERBS[v];
+            let uri = if content_type.contains("apply") {
+                format!("{}?fieldManager=prop", PATHS[p])
+            } else {
+                PATHS[p].to_string()
+            };
+            let request = http::Request::builder()
+                .method(method)
+                .uri(&uri)
+                .header("content-type", content_type)
+                .body(body.clone())
+                .expect("request");
+            // An error here (a reset, an EOF) is a dropped connection.
+            let response = runtime
+                .block_on(client.send(request.map(Into::into)))
+                .map_err(|e| TestCaseError::fail(format!("{method} {uri}: {e}")))?;
+            let code = response.status();
+            prop_assert!(
+                code.is_success() || code.is_client_error(),
+                "{method} {uri}: {code}"
+            );
+            Ok(())
+        })
+        .expect("every body over TCP answered");
+
+    // A sample of the corpus through kubectl itself (`--raw` sends the
+    // body as it is): the server answers each with a Status kubectl prints.
+    let kubectl_cases: u32 = std::env::var("KUBECTL_BODY_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(40);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: kubectl_cases,
+        ..ProptestConfig::default()
+    });
+    let verbs = prop::sample::select(vec!["create", "replace"]);
+    let file = dir.path().join("body");
+    runner
+        .run(&(0..PATHS.len(), verbs, body()), |(p, verb, body)| {
+            std::fs::write(&file, &body).expect("body file");
+            let out = std::process::Command::new(kubectl())
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args([verb, "--raw", PATHS[p], "-f"])
+                .arg(&file)
+                .output()
+                .expect("kubectl runs");
+            let err = String::from_utf8_lossy(&out.stderr);
+            // kubectl prints a Status's message; a lost connection reads
+            // as one of these instead.
+            let dropped = [
+                "connection reset",
+                "broken pipe",
+                "EOF",
+                "connection refused",
+                "Timeout",
+            ]
+            .iter()
+            .any(|t| err.contains(t));
+            prop_assert!(
+                out.status.success() || (!err.is_empty() && !dropped),
+                "kubectl {verb} --raw {}: {err}",
+                PATHS[p]
+            );
+            Ok(())
+        })
+        .expect("every body through kubectl answered with a Status");
+    let _ = stop.send(());
 }

@@ -312,4 +312,36 @@ fn the_store_runs_in_wal_mode_and_syncs_every_commit() {
         synchronous, 2,
         "synchronous=FULL: a commit returns once its WAL frames are on disk"
     );
+    // Checkpoints: past 1,000 WAL pages the frames move into the database
+    // file and the WAL starts over, so it stays near that size however much
+    // is written.
+    assert_eq!(store.checkpoint_pages().expect("pragma"), 1000);
+    let value = vec![b'x'; 4096];
+    for batch in 0..40 {
+        let writes = (0..50)
+            .map(|i| modelplane_apiserver::Write::Create {
+                key: format!("/big/{batch}-{i}"),
+                value: value.clone(),
+            })
+            .collect();
+        for result in store.write_all(writes) {
+            result.expect("write");
+        }
+    }
+    let size = |name: &str| {
+        std::fs::metadata(dir.path().join(name))
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let written = 2000 * 4096;
+    assert!(
+        size("state.db") >= written / 2,
+        "checkpointed into the database: {} bytes",
+        size("state.db")
+    );
+    assert!(
+        size("state.db-wal") < written,
+        "the WAL started over: {} bytes",
+        size("state.db-wal")
+    );
 }
