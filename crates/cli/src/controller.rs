@@ -33,6 +33,11 @@ pub struct ControllerArgs {
     /// Seconds between full resyncs (a world that did not change costs no write).
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     resync: u64,
+    /// Seconds a ModelReplica no longer wanted (scaled down, moved) keeps
+    /// serving the requests it was sent, out of every gateway's routing,
+    /// before it is deleted.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    drain_seconds: u64,
     /// Where clients reach the built-in fleet gateway (published as the InferenceGateway's address).
     #[arg(long, value_name = "HOST:PORT")]
     gateway_address: Option<String>,
@@ -76,6 +81,7 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
                 duration: Duration::from_secs(args.lease_duration.max(3)),
             }),
             probes: args.probes_listen,
+            drain: Duration::from_secs(args.drain_seconds),
         };
         let control = modelplane_controller::target::Connection::new("control plane", client);
         modelplane_controller::run(config, control, crate::logging::terminated())

@@ -320,6 +320,7 @@ fn controller(server: &Server) -> Process {
             .args(["controller", "--kubeconfig"])
             .arg(&server.kubeconfig)
             .args(["--gateway-address", "gateway.example:8080", "--resync", "1"])
+            .args(["--drain-seconds", "2"])
             .env("RUST_LOG", "info")
             .stderr(Stdio::inherit())
             .spawn()
@@ -690,8 +691,38 @@ fn steps(server: &Server, data_plane: &DataPlane) {
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(revision(None), before, "an unchanged world is written to");
 
-    // Scale 2 → 1: exactly one replica's objects go, everywhere.
+    // Scale 2 → 1: the replica going away leaves the routing first (its
+    // ModelEndpoint goes, the replica is marked draining and keeps its
+    // workloads), then, drained, exactly its objects go, everywhere.
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=1"]);
+    let draining = wait_for(
+        "the surplus replica out of the routing, draining",
+        WAIT,
+        || {
+            let endpoints = names(server, None, &["get", "modelendpoints", "-n", "ml-team"]);
+            let replicas = get_json(server, None, &["get", "modelreplicas", "-n", "ml-team"])?;
+            let marked: Vec<String> = replicas["items"]
+                .as_array()?
+                .iter()
+                .filter(|r| {
+                    r["metadata"]["annotations"]["modelplane.ai/draining-since"].is_string()
+                })
+                .filter_map(|r| r["metadata"]["name"].as_str().map(str::to_string))
+                .collect();
+            (endpoints.len() == 1 && replicas["items"].as_array()?.len() == 2 && marked.len() == 1)
+                .then_some(marked)
+        },
+    );
+    assert_eq!(
+        names(
+            server,
+            Some("edge"),
+            &["get", "deployments", "-n", "ml-team"]
+        )
+        .len(),
+        workloads.len(),
+        "{draining:?} still serves what it was sent while it drains"
+    );
     wait_for("one ModelReplica left", WAIT, || {
         (names(server, None, &["get", "modelreplicas", "-n", "ml-team"]).len() == 1).then_some(())
     });
@@ -723,6 +754,7 @@ fn candidate(server: &Server, identity: &str, port: u16) -> Process {
             .args(["controller", "--kubeconfig"])
             .arg(&server.kubeconfig)
             .args(["--identity", identity, "--lease-duration", "3"])
+            .args(["--drain-seconds", "2"])
             .args(["--probes-listen", &format!("127.0.0.1:{port}")])
             .env("RUST_LOG", "warn,modelplane_controller::lease=info")
             .stderr(Stdio::inherit())

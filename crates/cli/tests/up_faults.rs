@@ -382,7 +382,7 @@ fn ready_replicas(up: &Up) -> i64 {
 fn scaling_under_load_fails_no_request(up: &Up) {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = steady_load(up.gateway.clone(), stop.clone());
-    for (replicas, wait) in [(1, 120), (3, 180), (1, 120)] {
+    for (step, (replicas, wait)) in [(1, 120), (3, 180), (1, 120)].into_iter().enumerate() {
         up.kubectl(&[
             "scale",
             "md",
@@ -391,6 +391,47 @@ fn scaling_under_load_fails_no_request(up: &Up) {
             "ml-team",
             &format!("--replicas={replicas}"),
         ]);
+        if step == 2 {
+            // 3 → 1: the two going away leave the routing (their endpoints
+            // go) while they still exist, draining, before they are deleted.
+            wait_for(
+                "two replicas draining out of the routing",
+                Duration::from_secs(60),
+                || {
+                    let replicas: Value = serde_json::from_str(&up.kubectl(&[
+                        "get",
+                        "mr",
+                        "-n",
+                        "ml-team",
+                        "-l",
+                        "modelplane.ai/deployment=qwen3-8b",
+                        "-o",
+                        "json",
+                    ]))
+                    .ok()?;
+                    let draining = items(&replicas)
+                        .iter()
+                        .filter(|r| {
+                            r["metadata"]["annotations"]["modelplane.ai/draining-since"].is_string()
+                        })
+                        .count();
+                    let endpoints = up
+                        .kubectl(&[
+                            "get",
+                            "modelendpoints",
+                            "-n",
+                            "ml-team",
+                            "-l",
+                            "modelplane.ai/deployment=qwen3-8b",
+                            "-o",
+                            "name",
+                        ])
+                        .lines()
+                        .count();
+                    (items(&replicas).len() == 3 && draining == 2 && endpoints == 1).then_some(())
+                },
+            );
+        }
         wait_for(
             &format!("{replicas} replicas ready and no more"),
             Duration::from_secs(wait),

@@ -13,6 +13,7 @@
 //! belongs to the [`Supervisor`].
 
 pub mod clusters;
+pub mod drain;
 pub mod events;
 pub mod index;
 pub mod lease;
@@ -50,6 +51,9 @@ pub struct Config {
     pub election: Option<lease::Election>,
     /// Where `/metrics`, `/healthz` and `/readyz` are served, if anywhere.
     pub probes: Option<std::net::SocketAddr>,
+    /// How long a ModelReplica no longer wanted keeps serving what it was
+    /// sent, out of the routing, before it is deleted (`drain`).
+    pub drain: Duration,
 }
 
 impl Default for Config {
@@ -60,6 +64,7 @@ impl Default for Config {
             gateway_address: None,
             election: None,
             probes: None,
+            drain: Duration::from_secs(30),
         }
     }
 }
@@ -100,6 +105,8 @@ pub struct Shared {
     /// Why each control-plane kind's watch last failed, until it works
     /// again (`/readyz` says it while the kind is not listed).
     pub watch_errors: Mutex<std::collections::BTreeMap<Kind, String>>,
+    /// How long a ModelReplica drains before it is deleted.
+    pub drain: Duration,
 }
 
 /// Kinds Modelplane applies on the control plane, watched from the start
@@ -163,7 +170,11 @@ const CLUSTER_OWNED: &[(&str, &str)] = &[
 
 impl Shared {
     /// A controller's shared state over the control plane `control`.
-    pub fn new(control: Connection, leading: tokio::sync::watch::Receiver<bool>) -> Arc<Shared> {
+    pub fn new(
+        control: Connection,
+        leading: tokio::sync::watch::Receiver<bool>,
+        drain: Duration,
+    ) -> Arc<Shared> {
         let events = events::Recorder::new(control.client().clone(), control.gate().clone());
         Arc::new(Shared {
             events,
@@ -177,6 +188,7 @@ impl Shared {
             shared_applied: Mutex::default(),
             supervisor: Supervisor::default(),
             watch_errors: Mutex::default(),
+            drain,
         })
     }
 
@@ -286,7 +298,7 @@ pub async fn run(
         Some(_) => control.gated(Arc::new(lease::WriteGate::default())),
         None => control,
     };
-    let shared = Shared::new(control, leading.subscribe());
+    let shared = Shared::new(control, leading.subscribe(), config.drain);
     shared.supervisor.spawn(
         "system namespace",
         ensure_system_namespace(shared.control.client().clone()),

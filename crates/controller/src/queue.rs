@@ -68,6 +68,18 @@ impl<T: Clone + Eq + Hash> Queue<T> {
         }
     }
 
+    /// Queues `item` once `delay` has passed (unless it runs before then).
+    pub fn add_after(&self, item: T, delay: Duration) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        state.sequence += 1;
+        let key = (Instant::now() + delay, state.sequence);
+        state.later.insert(key, item);
+        drop(state);
+        self.wake.notify_one();
+    }
+
     /// Items queued or waiting for a retry.
     pub fn depth(&self) -> usize {
         self.state

@@ -6,7 +6,7 @@
 //! listed; an owner that is gone has its objects removed only once the
 //! lists say so. A failed pass is retried with backoff and deletes nothing.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,6 +117,10 @@ struct Plan {
     unchanged: BTreeSet<(Target, ObjectRef)>,
     /// May prune now (lists read).
     prunable: BTreeSet<(Target, ObjectRef)>,
+    /// Observed owned objects of the kinds that drain before they go.
+    observed: BTreeMap<(Target, ObjectRef), Value>,
+    /// Those of them marked as draining.
+    draining: BTreeSet<(Target, ObjectRef)>,
     ready: bool,
     /// Whether the subject is an object with a status (the providers on
     /// demand are not).
@@ -202,6 +206,19 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         .filter(|(t, r)| index.owned_synced(t, &r.api_version, &r.kind))
         .cloned()
         .collect();
+    let observed: BTreeMap<(Target, ObjectRef), Value> = owned_now
+        .iter()
+        .filter(|(t, r)| crate::drain::drains(t, r))
+        .filter_map(|(t, r)| {
+            let object = index.world.applied.get(t)?.get(r)?;
+            Some(((t.clone(), r.clone()), object.as_ref().clone()))
+        })
+        .collect();
+    let draining = observed
+        .iter()
+        .filter(|(_, o)| crate::drain::is_draining(o))
+        .map(|(k, _)| k.clone())
+        .collect();
     let seen = composition
         .desired
         .iter()
@@ -224,6 +241,8 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         owned: owned_now,
         unchanged,
         prunable,
+        observed,
+        draining,
     })
 }
 
@@ -255,6 +274,13 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
                 reasons.push("unreachable");
             }
             continue;
+        }
+        if crate::drain::drains(&desired.target, &reference) && plan.draining.contains(&key) {
+            // Wanted again while it drained: it stays, and serves again.
+            if let Err(e) = crate::drain::mark(shared, &reference, None).await {
+                failures.push(e.to_string());
+                reasons.push(e.metric_label());
+            }
         }
         if plan.unchanged.contains(&key) {
             continue;
@@ -299,7 +325,7 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
         }
     }
     if !plan.composition.hold && failures.is_empty() {
-        prune(shared, &plan, &mut failures, &mut reasons).await;
+        prune(shared, subject, &plan, &mut failures, &mut reasons).await;
     }
     publish_status(shared, &plan, &failures).await;
     if failures.is_empty() {
@@ -315,6 +341,7 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
 
 async fn prune(
     shared: &Arc<Shared>,
+    subject: &Subject,
     plan: &Plan,
     failures: &mut Vec<String>,
     reasons: &mut Vec<&'static str>,
@@ -341,6 +368,30 @@ async fn prune(
                 reasons.push("unreachable");
             }
             continue;
+        }
+        if crate::drain::drains(target, reference) {
+            let observed = plan.observed.get(key);
+            let wait = match crate::drain::step(observed, shared.drain, jiff::Timestamp::now()) {
+                crate::drain::Step::Prune => None,
+                crate::drain::Step::Wait(left) => Some(left),
+                crate::drain::Step::Start => {
+                    if let Err(e) =
+                        crate::drain::mark(shared, reference, Some(jiff::Timestamp::now())).await
+                    {
+                        reasons.push(e.metric_label());
+                        failures.push(e.to_string());
+                        continue;
+                    }
+                    tracing::info!(object = %reference, owner = %plan.owner, drain = ?shared.drain, "draining: out of the routing, deleted once drained");
+                    Some(shared.drain)
+                }
+            };
+            if let Some(left) = wait {
+                shared
+                    .queue
+                    .add_after(Work::Reconcile(subject.clone()), left);
+                continue;
+            }
         }
         match connection.delete(reference).await {
             Ok(()) => {

@@ -226,10 +226,16 @@ impl Connection {
     /// another manager set (as controllers do); returns what the server
     /// stored.
     pub async fn apply(&self, object: &Value) -> Result<Value, TargetError> {
+        self.apply_as(object, FIELD_MANAGER).await
+    }
+
+    /// The same, as field manager `manager` (what it applies is its own,
+    /// apart from what `modelplane` applies).
+    pub async fn apply_as(&self, object: &Value, manager: &str) -> Result<Value, TargetError> {
         let reference = ObjectRef::of(object);
         let api = self.api(&reference).await?;
         self.check_gate()?;
-        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let params = PatchParams::apply(manager).force();
         api.patch(&reference.name, &params, &Patch::Apply(object))
             .await
             .map(|stored| serde_json::to_value(stored).unwrap_or(Value::Null))

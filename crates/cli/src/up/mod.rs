@@ -257,6 +257,9 @@ fn start_controllers(
         gateway_address: Some(gateway.to_string()),
         // One process: nothing to elect.
         election: None,
+        // Long enough for a gateway to stop routing to a replica going
+        // away and for the requests it was sent to finish.
+        drain: Duration::from_secs(10),
         ..modelplane_controller::Config::default()
     };
     let control = modelplane_controller::target::Connection::new("control plane", client.clone());
