@@ -92,13 +92,69 @@ fn cell(object: &Value, column: &Column, now: jiff::Timestamp) -> Value {
 }
 
 /// A Table of `items` (full objects) for `resource`.
-pub fn table(resource: &Resource, items: &[Value], resource_version: &str) -> Value {
+pub fn table(
+    resource: &Resource,
+    items: &[Value],
+    resource_version: &str,
+    include: Include,
+) -> Value {
     let now = jiff::Timestamp::now();
-    if resource.columns.is_empty()
+    let mut table = if resource.columns.is_empty()
         && let Some(printers) = crate::printers::for_kind(&resource.group, &resource.plural)
     {
-        return printed(printers, items, resource_version, now);
+        printed(printers, items, resource_version, now)
+    } else {
+        by_columns(resource, items, resource_version, now)
+    };
+    include.apply(&mut table, items);
+    table
+}
+
+/// What each row carries besides its cells (`includeObject`): nothing, the
+/// object's metadata (the default), or the whole object (what `kubectl get
+/// --sort-by` asks for, to sort by any field).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Include {
+    None,
+    #[default]
+    Metadata,
+    Object,
+}
+
+impl Include {
+    /// The `includeObject` query parameter's value.
+    pub fn from_query(value: Option<&str>) -> Include {
+        match value {
+            Some("None") => Include::None,
+            Some("Object") => Include::Object,
+            _ => Include::Metadata,
+        }
     }
+
+    fn apply(self, table: &mut Value, items: &[Value]) {
+        let Some(rows) = table["rows"].as_array_mut() else {
+            return;
+        };
+        for (row, object) in rows.iter_mut().zip(items) {
+            match self {
+                Include::Metadata => {}
+                Include::None => {
+                    if let Some(row) = row.as_object_mut() {
+                        row.remove("object");
+                    }
+                }
+                Include::Object => row["object"] = object.clone(),
+            }
+        }
+    }
+}
+
+fn by_columns(
+    resource: &Resource,
+    items: &[Value],
+    resource_version: &str,
+    now: jiff::Timestamp,
+) -> Value {
     let columns = columns(resource);
     let mut definitions = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": 0,

@@ -128,6 +128,12 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
         ok && out.starts_with("NAME") && out.contains("settings"),
         "{out}{err}"
     );
+    // --sort-by asks the Table's rows to carry the whole object.
+    let (ok, out, err) = server.kubectl(
+        &cache,
+        &["get", "configmaps", "--sort-by=.metadata.creationTimestamp"],
+    );
+    assert!(ok && out.contains("settings"), "{out}{err}");
     let (ok, _, err) = server.kubectl(&cache, &["label", "cm", "settings", "team=a"]);
     assert!(ok, "{err}");
     let (ok, _, err) = server.kubectl(

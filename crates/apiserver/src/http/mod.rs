@@ -629,6 +629,8 @@ async fn answer(
         let query = query(uri);
         target.options = WriteOptions::from_query(&query)?;
         target.patch = method == Method::PATCH;
+        target.include =
+            crate::table::Include::from_query(query.get("includeObject").map(String::as_str));
         target.manager = match query.get("fieldManager").filter(|m| !m.is_empty()) {
             Some(manager) => manager.clone(),
             None => headers

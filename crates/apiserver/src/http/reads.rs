@@ -51,8 +51,12 @@ pub(super) async fn get(
     let object = decode(&stored)?;
     match shape(headers) {
         Shape::Table if !target.status => {
-            let table =
-                crate::table::table(&target.resource, &[object], &stored.revision.to_string());
+            let table = crate::table::table(
+                &target.resource,
+                &[object],
+                &stored.revision.to_string(),
+                target.include,
+            );
             Ok(json_response(StatusCode::OK, &table))
         }
         Shape::Metadata => Ok(json_response(StatusCode::OK, &metadata_only(&object))),
@@ -190,7 +194,12 @@ pub(super) async fn list(
     }
     match shape {
         Shape::Table => {
-            let mut table = crate::table::table(&target.resource, &items, &revision.to_string());
+            let mut table = crate::table::table(
+                &target.resource,
+                &items,
+                &revision.to_string(),
+                target.include,
+            );
             table["metadata"] = metadata;
             return Ok(json_response(StatusCode::OK, &table));
         }

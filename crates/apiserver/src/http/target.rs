@@ -21,6 +21,8 @@ pub(super) struct Target {
     pub(super) manager: String,
     /// The request is a PATCH (an apply may create).
     pub(super) patch: bool,
+    /// What a Table's rows carry (`includeObject`).
+    pub(super) include: crate::table::Include,
 }
 
 impl Target {
@@ -210,6 +212,7 @@ pub(super) fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Fai
         options: WriteOptions::default(),
         manager: String::new(),
         patch: false,
+        include: crate::table::Include::default(),
     })
 }
 

@@ -41,7 +41,7 @@ pub(super) fn watch(
         Shape::Metadata => Form::Metadata,
         // `kubectl get -w`: each event a one-row Table, so every line keeps
         // the printer columns.
-        Shape::Table => Form::Table(Box::new(target.resource.clone())),
+        Shape::Table => Form::Table(Box::new(target.resource.clone()), target.include),
         Shape::Full => Form::Full,
     };
     let timeout = query
@@ -209,7 +209,7 @@ impl Drop for WatchSlot {
 pub(super) enum Form {
     Full,
     Metadata,
-    Table(Box<Resource>),
+    Table(Box<Resource>, crate::table::Include),
 }
 
 pub(super) fn render_event(event: &Event, filter: &Filter, form: &Form) -> Option<Bytes> {
@@ -242,9 +242,12 @@ pub(super) fn render_event(event: &Event, filter: &Filter, form: &Form) -> Optio
     Some(match form {
         Form::Full => event_line(kind, &object),
         Form::Metadata => event_line(kind, &metadata_only(&object)),
-        Form::Table(resource) => {
+        Form::Table(resource, include) => {
             let revision = event.revision.to_string();
-            event_line(kind, &crate::table::table(resource, &[object], &revision))
+            event_line(
+                kind,
+                &crate::table::table(resource, &[object], &revision, *include),
+            )
         }
     })
 }
