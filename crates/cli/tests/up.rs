@@ -79,6 +79,27 @@ fn up_serves_the_example_fleet_on_both_stacks_and_resumes_it_after_a_restart() {
         clusters.contains("Standard") && clusters.contains("Dynamo"),
         "{clusters}"
     );
+    // The events tell a replica's story: placed, its workloads applied,
+    // the engine loading its weights (on its cluster), serving, ready.
+    let events = first.kubectl(&["get", "events", "-n", "ml-team", "--sort-by=.lastTimestamp"]);
+    let on_cluster = first.kubectl_on("us-east", &["get", "events", "-n", "ml-team"]);
+    assert!(
+        on_cluster.contains("LoadingWeights"),
+        "the engine's weights loading, on its cluster: {on_cluster}"
+    );
+    for (object, reason) in [
+        ("modeldeployment/qwen3-8b", "Scheduled"),
+        ("modelreplica/qwen3-8b-", "Composing"),
+        ("modelreplica/qwen3-8b-", "Serving"),
+        ("modelreplica/qwen3-8b-", "Ready"),
+    ] {
+        assert!(
+            events
+                .lines()
+                .any(|l| l.contains(object) && l.split_whitespace().any(|w| w == reason)),
+            "{reason} of {object} in: {events}"
+        );
+    }
     // Each stack runs it its own way: a Deployment on Standard (a one-node
     // engine needs no LeaderWorkerSet), a Grove PodCliqueSet on Dynamo.
     let standard = first.kubectl_on(

@@ -444,6 +444,8 @@ async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) 
     {
         tracing::info!(object = %plan.owner, condition = %type_, status = %state, reason = %reason, message = %message, "condition changed");
     }
+    let story = crate::status::story(&plan.owner.kind, &plan.observed_status, &status);
+    record(shared, plan, &story).await;
     if let Err(e) = shared.control.patch_status(&plan.owner, &status).await {
         tracing::warn!(object = %plan.owner, error = %e, "status not written");
     }

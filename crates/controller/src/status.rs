@@ -159,6 +159,66 @@ pub fn transitions(before: &Value, after: &Value) -> Vec<(String, String, String
         .collect()
 }
 
+/// The Events that tell an object's story as its conditions change (what
+/// `kubectl get events` shows between the composition's own): a
+/// ModelReplica's engine starting (its workloads applied, pulling and
+/// loading weights) and serving, anything becoming Ready, and anything
+/// Ready that stops being so.
+pub fn story(kind: &str, before: &Value, after: &Value) -> Vec<modelplane_compose::Event> {
+    use modelplane_compose::{Event, EventType};
+    let condition = |status: &Value, type_: &str| -> Option<(String, String, String)> {
+        status["conditions"].as_array()?.iter().find_map(|c| {
+            (c["type"] == type_).then(|| {
+                let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+                (text("status"), text("reason"), text("message"))
+            })
+        })
+    };
+    let mut told = Vec::new();
+    let event = |type_, reason: &str, message: String| Event {
+        type_,
+        reason: reason.into(),
+        message,
+    };
+    if kind == "ModelReplica" {
+        let was = condition(before, "ModelReady").map(|(_, reason, _)| reason);
+        if let Some((_, reason, _)) = condition(after, "ModelReady")
+            && was.as_deref() != Some(reason.as_str())
+        {
+            match reason.as_str() {
+                "ModelStarting" => told.push(event(
+                    EventType::Normal,
+                    "ModelStarting",
+                    "Workloads applied; the engine is starting (pulling its image, loading weights)"
+                        .into(),
+                )),
+                "Serving" => told.push(event(EventType::Normal, "Serving", "The engine serves".into())),
+                _ => {}
+            }
+        }
+    }
+    let was_ready = condition(before, "Ready").is_some_and(|(s, _, _)| s == "True");
+    if let Some((state, reason, message)) = condition(after, "Ready") {
+        let says = if message.is_empty() {
+            reason.clone()
+        } else {
+            format!("{reason}: {message}")
+        };
+        match (was_ready, state.as_str()) {
+            (false, "True") => {
+                told.push(event(EventType::Normal, "Ready", format!("Ready ({says})")))
+            }
+            (true, "False") => told.push(event(
+                EventType::Warning,
+                "NotReady",
+                format!("No longer ready ({says})"),
+            )),
+            _ => {}
+        }
+    }
+    told
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +315,31 @@ mod tests {
             .expect("synced");
         assert_eq!(synced["status"], "False");
         assert_eq!(synced["message"], "boom");
+    }
+
+    #[test]
+    fn a_replica_tells_its_story_once_per_step() {
+        let status = |ready: &str, model: &str| {
+            serde_json::json!({ "conditions": [
+                { "type": "ModelReady", "status": if model == "Serving" { "True" } else { "False" }, "reason": model },
+                { "type": "Ready", "status": ready, "reason": "Available" } ] })
+        };
+        let reasons = |before: &Value, after: &Value| -> Vec<String> {
+            story("ModelReplica", before, after)
+                .into_iter()
+                .map(|e| e.reason)
+                .collect()
+        };
+        let waiting = status("False", "WaitingForModel");
+        let starting = status("False", "ModelStarting");
+        let serving = status("True", "Serving");
+        assert!(
+            reasons(&Value::Null, &waiting).is_empty(),
+            "being created is no news"
+        );
+        assert_eq!(reasons(&waiting, &starting), ["ModelStarting"]);
+        assert_eq!(reasons(&starting, &serving), ["Serving", "Ready"]);
+        assert!(reasons(&serving, &serving).is_empty());
+        assert_eq!(reasons(&serving, &starting), ["ModelStarting", "NotReady"]);
     }
 }
