@@ -68,7 +68,11 @@ fn next_ip() -> Ipv4Addr {
         let n = NEXT_IP.fetch_add(1, Ordering::Relaxed);
         let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 0)) + n);
         let last = ip.octets()[3];
-        if last != 0 && last != 255 {
+        // Another process on this machine (a second `modelplane up`) may
+        // serve engines on the same addresses: skip one whose engine port
+        // is taken, or its requests would reach the other process's engine.
+        let free = std::net::TcpListener::bind((ip, modelplane_api::labels::ENGINE_PORT)).is_ok();
+        if last != 0 && last != 255 && free {
             return ip;
         }
     }
@@ -1012,6 +1016,15 @@ fn serve(ip: Ipv4Addr, port: u16, launch: &Launch, cx: &Context<'_>) -> Serving 
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_address_whose_engine_port_another_process_holds_is_skipped() {
+        let first = next_ip();
+        let taken = Ipv4Addr::from(u32::from(first) + 1);
+        let _held = std::net::TcpListener::bind((taken, modelplane_api::labels::ENGINE_PORT));
+        assert_ne!(next_ip(), taken);
+    }
+
     use super::*;
 
     #[test]
