@@ -17,6 +17,7 @@ pub mod cluster;
 pub mod deployment;
 pub mod endpoint;
 pub mod gateway;
+pub mod kinds;
 pub mod providers;
 pub mod recipes;
 pub mod replica;

@@ -297,6 +297,7 @@ fn every_composed_name_is_a_valid_kubernetes_name() {
                     .into_iter()
                     .flatten()
                 {
+                    assert_kinds_listed(&c.desired);
                     for d in &c.desired {
                         let name = d.object["metadata"]["name"].as_str().unwrap_or_default();
                         assert!(

@@ -53,6 +53,7 @@ fn objects_of_kind(kind: &str) -> Vec<(String, Value)> {
 }
 
 fn render(c: &Composition) -> String {
+    assert_kinds_listed(&c.desired);
     let summary = json!({
         "hold": c.hold,
         "status": c.status,

@@ -33,6 +33,10 @@ fn step(
         leftovers: &leftovers,
         traefik: false,
     });
+    assert!(
+        c.desired.iter().all(modelplane_compose::kinds::listed),
+        "a provider object's kind is not in kinds.rs"
+    );
     let mut replicas = BTreeMap::new();
     let mut objects = BTreeSet::new();
     for d in &c.desired {

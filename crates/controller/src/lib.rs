@@ -109,34 +109,6 @@ pub struct Shared {
     pub drain: Duration,
 }
 
-/// Kinds Modelplane applies on the control plane, watched from the start
-/// so that what an earlier run applied is known (and pruned when no longer
-/// desired) even before this run applies any.
-const CONTROL_OWNED: &[(&str, &str)] = &[
-    ("modelplane.ai/v1alpha1", "ModelReplica"),
-    ("modelplane.ai/v1alpha1", "ModelEndpoint"),
-    ("infrastructure.modelplane.ai/v1alpha1", "ServingStack"),
-    ("infrastructure.modelplane.ai/v1alpha1", "EKSCluster"),
-    ("infrastructure.modelplane.ai/v1alpha1", "GKECluster"),
-    ("infrastructure.modelplane.ai/v1alpha1", "AKSCluster"),
-    ("infrastructure.modelplane.ai/v1alpha1", "NebiusCluster"),
-    ("infrastructure.modelplane.ai/v1alpha1", "VultrCluster"),
-    ("v1", "Service"),
-    ("discovery.k8s.io/v1", "EndpointSlice"),
-    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-    (
-        "kubernetes.m.crossplane.io/v1alpha1",
-        "ClusterProviderConfig",
-    ),
-    ("kubernetes.m.crossplane.io/v1alpha1", "ProviderConfig"),
-    ("helm.m.crossplane.io/v1beta1", "ProviderConfig"),
-    ("helm.m.crossplane.io/v1beta1", "Release"),
-    ("protection.crossplane.io/v1beta1", "Usage"),
-    ("protection.crossplane.io/v1beta1", "ClusterUsage"),
-    ("pkg.crossplane.io/v1", "Provider"),
-    ("pkg.crossplane.io/v1beta1", "DeploymentRuntimeConfig"),
-];
-
 /// Cloud provider configs a cloud cluster's composition reads: the GCP
 /// project, the Nebius project and credentials.
 const PROVIDER_CONFIGS: &[(&str, &str)] = &[
@@ -144,28 +116,6 @@ const PROVIDER_CONFIGS: &[(&str, &str)] = &[
     ("gcp.m.upbound.io/v1beta1", "ProviderConfig"),
     ("nebius.m.upbound.io/v1beta1", "ClusterProviderConfig"),
     ("nebius.m.upbound.io/v1beta1", "ProviderConfig"),
-];
-
-/// The same on each workload cluster.
-const CLUSTER_OWNED: &[(&str, &str)] = &[
-    ("apps/v1", "Deployment"),
-    ("v1", "ResourceQuota"),
-    ("gateway.networking.k8s.io/v1", "Gateway"),
-    ("gateway.networking.k8s.io/v1", "GatewayClass"),
-    ("v1", "Service"),
-    ("v1", "ConfigMap"),
-    ("v1", "ServiceAccount"),
-    ("rbac.authorization.k8s.io/v1", "Role"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    ("resource.k8s.io/v1", "ResourceClaimTemplate"),
-    ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
-    ("grove.io/v1alpha1", "PodCliqueSet"),
-    ("gateway.networking.k8s.io/v1", "HTTPRoute"),
-    ("inference.networking.k8s.io/v1", "InferencePool"),
-    ("v1", "PersistentVolumeClaim"),
-    ("batch/v1", "Job"),
-    ("v1", "Secret"),
-    ("storage.k8s.io/v1", "StorageClass"),
 ];
 
 impl Shared {
@@ -228,11 +178,10 @@ impl Shared {
 
     /// Starts the default owned watches on `target`.
     pub fn watch_target(self: &Arc<Self>, target: &Target) {
-        let kinds = match target {
-            Target::ControlPlane => CONTROL_OWNED,
-            Target::Cluster(_) => CLUSTER_OWNED,
-        };
-        for (api_version, kind) in kinds {
+        // Every kind compositions apply there, so what an earlier run
+        // applied is known (and pruned once no longer desired) before this
+        // run applies anything of that kind.
+        for (api_version, kind) in modelplane_compose::kinds::on(target) {
             self.ensure_watch(target, api_version, kind);
         }
         if let Some(connection) = self.connection(target) {

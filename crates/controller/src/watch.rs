@@ -20,7 +20,7 @@ use crate::target::{Connection, TargetError};
 const PROBE_EVERY: Duration = Duration::from_secs(2);
 
 /// How often a kind that is not served is looked up again.
-const NOT_SERVED_RETRY: Duration = Duration::from_secs(5);
+const NOT_SERVED_RETRY: Duration = Duration::from_secs(60);
 
 /// What one watch stream is of.
 #[derive(Clone, Debug)]
@@ -129,15 +129,22 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
         if replaced(&shared, &watched, &connection) {
             return;
         }
+        // Listening before asking: a CRD installed while discovery answers
+        // still wakes this watch.
+        let kinds_changed = connection.kinds_changed.notified();
+        tokio::pin!(kinds_changed);
+        kinds_changed.as_mut().enable();
         match connection.resolve(&api_version, &kind).await {
             Ok((resource, _)) => break resource,
             Err(TargetError::NotServed { .. }) => {
-                // Normal until its CRD is installed; the lists that depend
-                // on it stay unsynced, so nothing is pruned meanwhile.
-                connection.forget_kinds();
+                // Normal until its CRD is installed (a cloud's managed
+                // resources, until its provider runs); the lists that depend
+                // on it stay unsynced, so nothing is pruned meanwhile. The
+                // target's CRD watch says when to look again; the timer is
+                // for a target whose CRDs cannot be watched.
                 tokio::select! {
                     () = tokio::time::sleep(NOT_SERVED_RETRY) => {}
-                    () = connection.kinds_changed.notified() => {}
+                    () = kinds_changed => {}
                 }
             }
             Err(e) => {
@@ -214,7 +221,12 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             if replaced(&shared, &watched, &connection) {
                 return;
             }
-            if matches!(event, watcher::Event::Apply(_) | watcher::Event::Delete(_)) {
+            // A relist (InitDone) may carry CRDs installed while the watch
+            // was down.
+            if matches!(
+                event,
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone
+            ) {
                 connection.forget_kinds();
                 connection.kinds_changed.notify_waiters();
                 requeue_on(&shared, &watched);

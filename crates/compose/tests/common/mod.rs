@@ -133,6 +133,7 @@ pub fn compose_on(md: &ModelDeployment, caches: &[ModelCache], stack: Stack) -> 
     assert!(!composition.hold, "held: {:?}", composition.conditions);
     let mut all = Vec::new();
     let observed = BTreeMap::new();
+    assert_kinds_listed(&composition.desired);
     for desired in &composition.desired {
         if desired.kind() == "ModelReplica" {
             let replica: ModelReplica =
@@ -143,6 +144,7 @@ pub fn compose_on(md: &ModelDeployment, caches: &[ModelCache], stack: Stack) -> 
                 observed: &observed,
             });
             assert!(!on_cluster.hold, "held: {:?}", on_cluster.conditions);
+            assert_kinds_listed(&on_cluster.desired);
             all.push(desired.clone());
             all.extend(on_cluster.desired);
         } else {
@@ -150,6 +152,17 @@ pub fn compose_on(md: &ModelDeployment, caches: &[ModelCache], stack: Stack) -> 
         }
     }
     all
+}
+
+/// Fails naming every desired object whose kind a controller would not
+/// watch from its start on that target (`modelplane_compose::kinds`).
+pub fn assert_kinds_listed(desired: &[Desired]) {
+    let unlisted: BTreeSet<String> = desired
+        .iter()
+        .filter(|d| !modelplane_compose::kinds::listed(d))
+        .map(|d| format!("{:?} {} {}", d.target, d.object["apiVersion"], d.kind()))
+        .collect();
+    assert!(unlisted.is_empty(), "kinds not in kinds.rs: {unlisted:#?}");
 }
 
 /// The objects as multi-document YAML, each preceded by its target.
