@@ -23,9 +23,29 @@ struct State<T> {
     dirty: HashSet<T>,
     /// Failures in a row, for the backoff.
     failures: std::collections::HashMap<T, u32>,
-    /// Retries due, by time.
+    /// Retries due, by time: at most one per item (an item that fails
+    /// again before its retry is due keeps the earlier one), or each run a
+    /// change starts would add a retry that runs, fails and adds another.
     later: BTreeMap<(Instant, u64), T>,
+    /// Each waiting item's key in `later`.
+    waiting: std::collections::HashMap<T, (Instant, u64)>,
     sequence: u64,
+}
+
+impl<T: Clone + Eq + Hash> State<T> {
+    /// Runs `item` again at `at`, unless it is due earlier already.
+    fn retry_at(&mut self, item: T, at: Instant) {
+        if let Some(&key) = self.waiting.get(&item) {
+            if key.0 <= at {
+                return;
+            }
+            self.later.remove(&key);
+        }
+        self.sequence += 1;
+        let key = (at, self.sequence);
+        self.later.insert(key, item.clone());
+        self.waiting.insert(item, key);
+    }
 }
 
 /// A deduplicating work queue with backoff.
@@ -44,6 +64,7 @@ impl<T: Clone + Eq + Hash> Default for Queue<T> {
                 dirty: HashSet::new(),
                 failures: std::collections::HashMap::new(),
                 later: BTreeMap::new(),
+                waiting: std::collections::HashMap::new(),
                 sequence: 0,
             }),
             wake: Notify::new(),
@@ -73,9 +94,7 @@ impl<T: Clone + Eq + Hash> Queue<T> {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
-        state.sequence += 1;
-        let key = (Instant::now() + delay, state.sequence);
-        state.later.insert(key, item);
+        state.retry_at(item, Instant::now() + delay);
         drop(state);
         self.wake.notify_one();
     }
@@ -104,6 +123,7 @@ impl<T: Clone + Eq + Hash> Queue<T> {
                         break;
                     }
                     let item = entry.remove();
+                    state.waiting.remove(&item);
                     if state.queued.insert(item.clone()) {
                         state.ready.push_back(item);
                     }
@@ -137,9 +157,7 @@ impl<T: Clone + Eq + Hash> Queue<T> {
             let failures = state.failures.entry(item.clone()).or_insert(0);
             *failures = failures.saturating_add(1);
             let delay = backoff(*failures);
-            state.sequence += 1;
-            let key = (Instant::now() + delay, state.sequence);
-            state.later.insert(key, item.clone());
+            state.retry_at(item.clone(), Instant::now() + delay);
         } else {
             state.failures.remove(item);
         }
@@ -188,5 +206,20 @@ mod tests {
         queue.next().await;
         assert_eq!(start.elapsed(), FIRST_RETRY * 3);
         assert_eq!(backoff(40), MAX_RETRY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_item_has_one_retry_waiting_however_often_it_ran() {
+        let queue = Queue::default();
+        for _ in 0..5 {
+            // Each run started by a change, not by the retry.
+            queue.add("a");
+            let item = queue.next().await;
+            queue.done(&item, true);
+        }
+        assert_eq!(queue.depth(), 1, "one retry waits, not one per failure");
+        let start = Instant::now();
+        queue.next().await;
+        assert_eq!(start.elapsed(), backoff(1), "the earliest one");
     }
 }
