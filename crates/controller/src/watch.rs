@@ -56,9 +56,19 @@ impl Watched {
     }
 }
 
-fn value(object: DynamicObject) -> Value {
+/// `object` as the index keeps it: without its managedFields and kubectl's
+/// last-applied copy, which nothing here reads and which are most of a
+/// small object's size (a fleet's thousands of workloads are the
+/// controller's memory).
+fn value(mut object: DynamicObject) -> Value {
+    object.metadata.managed_fields = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
     serde_json::to_value(object).unwrap_or(Value::Null)
 }
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Whether `watched` is of a connection that was replaced (its kubeconfig
 /// changed): such a watch ends, the new connection runs its own.
