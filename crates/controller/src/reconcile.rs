@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use modelplane_api::labels;
 use modelplane_compose::world::{ObjectRef, Subject};
 use modelplane_compose::{Composition, Target};
@@ -253,13 +254,93 @@ fn now() -> String {
         .unwrap_or_default()
 }
 
+/// Writes of one reconcile in flight at once: the API server commits
+/// concurrent writes together, so a deployment's ten replicas cost one
+/// sync instead of ten in a row.
+const WRITES_AT_ONCE: usize = 8;
+
+/// What went wrong in one pass, one line per distinct failure (a kind not
+/// served fails every object of it alike), with each line's metric label.
+#[derive(Default)]
+struct Failures {
+    messages: Vec<String>,
+    reasons: Vec<&'static str>,
+}
+
+impl Failures {
+    fn add(&mut self, message: String, reason: &'static str) {
+        if !self.messages.contains(&message) {
+            self.messages.push(message);
+            self.reasons.push(reason);
+        }
+    }
+
+    fn target(&mut self, error: &TargetError) {
+        self.add(error.to_string(), error.metric_label());
+    }
+
+    fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+}
+
+/// One desired object to write, to the connection of its target.
+struct Write<'a> {
+    desired: &'a modelplane_compose::Desired,
+    key: (Target, ObjectRef),
+    connection: Arc<crate::target::Connection>,
+    shared_object: bool,
+}
+
 /// Reconciles `subject` once.
 pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), ReconcileError> {
     let Some(plan) = plan(shared, subject) else {
         return Ok(());
     };
-    let mut failures: Vec<String> = Vec::new();
-    let mut reasons: Vec<&'static str> = Vec::new();
+    let mut failures = Failures::default();
+    let writes = writes_due(shared, &plan, &mut failures).await;
+    // Namespaces and CRDs first, one by one: the rest may live in them.
+    let (foundations, rest): (Vec<_>, Vec<_>) = writes
+        .into_iter()
+        .partition(|w| is_foundation(&w.desired.object));
+    for write in foundations {
+        let (write, applied) = write_one(write, &plan.uid).await;
+        applied_one(shared, write, applied, &mut failures);
+    }
+    // Collected first: a stream holding the mapping closure trips the
+    // compiler's proof that this future is Send.
+    let writing: Vec<_> = rest.into_iter().map(|w| write_one(w, &plan.uid)).collect();
+    let applied: Vec<_> = futures_util::stream::iter(writing)
+        .buffered(WRITES_AT_ONCE)
+        .collect()
+        .await;
+    for (write, applied) in applied {
+        applied_one(shared, write, applied, &mut failures);
+    }
+    if !plan.composition.hold && failures.is_empty() {
+        prune(shared, subject, &plan, &mut failures).await;
+    }
+    publish_status(shared, &plan, &failures.messages).await;
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(ReconcileError::Writes {
+            subject: subject.clone(),
+            messages: failures.messages,
+            reasons: failures.reasons,
+        })
+    }
+}
+
+/// The desired objects of `plan` that must be written now: not those
+/// already as desired, nor any on a cluster that does not answer or is not
+/// connected yet (a failure each, and nothing decided about them).
+async fn writes_due<'a>(
+    shared: &Arc<Shared>,
+    plan: &'a Plan,
+    failures: &mut Failures,
+) -> Vec<Write<'a>> {
+    let mut writes = Vec::new();
     for desired in &plan.composition.desired {
         let reference = ObjectRef::of(&desired.object);
         let key = (desired.target.clone(), reference.clone());
@@ -268,18 +349,16 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
         {
             // Nothing is written to, or decided about, a cluster that does
             // not answer: its status says so and everything on it stays.
-            let message = format!("{} does not answer: {why}", connection.name);
-            if !failures.contains(&message) {
-                failures.push(message);
-                reasons.push("unreachable");
-            }
+            failures.add(
+                format!("{} does not answer: {why}", connection.name),
+                "unreachable",
+            );
             continue;
         }
         if crate::drain::drains(&desired.target, &reference) && plan.draining.contains(&key) {
             // Wanted again while it drained: it stays, and serves again.
             if let Err(e) = crate::drain::mark(shared, &reference, None).await {
-                failures.push(e.to_string());
-                reasons.push(e.metric_label());
+                failures.target(&e);
             }
         }
         if plan.unchanged.contains(&key) {
@@ -292,60 +371,69 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
         let Some(connection) = shared.connection(&desired.target) else {
             if let Target::Cluster(name) = &desired.target {
                 shared.queue.add(Work::Connect(name.clone()));
-                failures.push(format!("cluster {name} is not connected yet"));
-                reasons.push("not_connected");
+                failures.add(
+                    format!("cluster {name} is not connected yet"),
+                    "not_connected",
+                );
             }
             continue;
         };
         shared.ensure_watch(&desired.target, &reference.api_version, &reference.kind);
-        match connection
-            .apply(&owned(desired.object.clone(), &plan.uid))
-            .await
-        {
-            Ok(stored) => {
-                tracing::debug!(object = %reference, target = %connection.name, "applied");
-                shared.metrics.applied_on(&desired.target);
-                if shared_object {
-                    if let Ok(mut s) = shared.shared_applied.lock() {
-                        s.insert(key);
-                    }
-                } else if let Ok(mut index) = shared.index.write() {
-                    index.apply_owned(&desired.target, stored);
+        writes.push(Write {
+            desired,
+            key,
+            connection,
+            shared_object,
+        });
+    }
+    writes
+}
+
+async fn write_one<'a>(write: Write<'a>, uid: &str) -> (Write<'a>, Result<Value, TargetError>) {
+    let applied = write
+        .connection
+        .apply(&owned(write.desired.object.clone(), uid))
+        .await;
+    (write, applied)
+}
+
+/// Objects others are written into.
+fn is_foundation(object: &Value) -> bool {
+    matches!(
+        object["kind"].as_str(),
+        Some("Namespace" | "CustomResourceDefinition")
+    )
+}
+
+fn applied_one(
+    shared: &Arc<Shared>,
+    write: Write<'_>,
+    applied: Result<Value, TargetError>,
+    failures: &mut Failures,
+) {
+    let Write {
+        desired,
+        key,
+        connection,
+        shared_object,
+    } = write;
+    match applied {
+        Ok(stored) => {
+            tracing::debug!(object = %key.1, target = %connection.name, "applied");
+            shared.metrics.applied_on(&desired.target);
+            if shared_object {
+                if let Ok(mut s) = shared.shared_applied.lock() {
+                    s.insert(key);
                 }
-            }
-            Err(e) => {
-                // One line per distinct failure: a kind not served fails
-                // every object of it alike.
-                let message = e.to_string();
-                if !failures.contains(&message) {
-                    reasons.push(e.metric_label());
-                    failures.push(message);
-                }
+            } else if let Ok(mut index) = shared.index.write() {
+                index.apply_owned(&desired.target, stored);
             }
         }
-    }
-    if !plan.composition.hold && failures.is_empty() {
-        prune(shared, subject, &plan, &mut failures, &mut reasons).await;
-    }
-    publish_status(shared, &plan, &failures).await;
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(ReconcileError::Writes {
-            subject: subject.clone(),
-            messages: failures,
-            reasons,
-        })
+        Err(e) => failures.target(&e),
     }
 }
 
-async fn prune(
-    shared: &Arc<Shared>,
-    subject: &Subject,
-    plan: &Plan,
-    failures: &mut Vec<String>,
-    reasons: &mut Vec<&'static str>,
-) {
+async fn prune(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, failures: &mut Failures) {
     let desired: BTreeSet<(Target, ObjectRef)> = plan
         .composition
         .desired
@@ -362,11 +450,10 @@ async fn prune(
         };
         if let Some(why) = connection.unreachable() {
             // What it holds may be stale: decided once it answers again.
-            let message = format!("{} does not answer: {why}", connection.name);
-            if !failures.contains(&message) {
-                failures.push(message);
-                reasons.push("unreachable");
-            }
+            failures.add(
+                format!("{} does not answer: {why}", connection.name),
+                "unreachable",
+            );
             continue;
         }
         if crate::drain::drains(target, reference) {
@@ -378,8 +465,7 @@ async fn prune(
                     if let Err(e) =
                         crate::drain::mark(shared, reference, Some(jiff::Timestamp::now())).await
                     {
-                        reasons.push(e.metric_label());
-                        failures.push(e.to_string());
+                        failures.target(&e);
                         continue;
                     }
                     tracing::info!(object = %reference, owner = %plan.owner, drain = ?shared.drain, "draining: out of the routing, deleted once drained");
@@ -398,10 +484,7 @@ async fn prune(
                 tracing::info!(object = %reference, target = %connection.name, owner = %plan.owner, "pruned");
                 shared.metrics.pruned_on(target);
             }
-            Err(e) => {
-                reasons.push(e.metric_label());
-                failures.push(e.to_string());
-            }
+            Err(e) => failures.target(&e),
         }
     }
 }
