@@ -564,13 +564,13 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / 100.0
 }
 
-fn rss_mib(pid: u32) -> f64 {
+fn rss_mb(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
         .find(|l| l.starts_with("VmRSS:"))
         .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
+        .map_or(0.0, |kib| kib * 1024.0 / 1e6)
 }
 
 #[tokio::main]
@@ -613,6 +613,11 @@ async fn main() -> anyhow::Result<()> {
             .arg(&kubeconfig_path)
             .arg("--probes-listen")
             .arg(probes.to_string())
+            .args(
+                std::env::var("CONTROLLER_WORKERS")
+                    .map(|n| vec!["--workers".to_string(), n])
+                    .unwrap_or_default(),
+            )
             .env(
                 "RUST_LOG",
                 std::env::var("CONTROLLER_LOG").unwrap_or_else(|_| "error".into()),
@@ -719,8 +724,8 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(idle as u64)).await;
     let cpu = (cpu_seconds(pid) - cpu0) / wall0.elapsed().as_secs_f64() * 100.0;
     println!(
-        "controller idle over {idle} s: CPU {cpu:.2}% (target ≤ 1%), resident memory {:.0} MiB (target ≤ 300 MB), {} writes",
-        rss_mib(pid),
+        "controller idle over {idle} s: CPU {cpu:.2}% (target ≤ 1%), resident memory {:.0} MB (target ≤ 300 MB), {} writes",
+        rss_mb(pid),
         writes(&fleet.root).await? - writes0
     );
     let reconciled = reconciles(probes).await - reconciles0;
