@@ -150,7 +150,9 @@ fn tls_config(cert: &str, key: &str) -> std::io::Result<rustls::ServerConfig> {
     .with_no_client_auth()
     .with_single_cert(certs, key)
     .map_err(std::io::Error::other)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // HTTP/2 as kube-apiserver offers it: a client's watches share one
+    // connection instead of holding one each.
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }
 
@@ -267,6 +269,10 @@ pub async fn serve_clusters(
                     .http1()
                     .timer(hyper_util::rt::TokioTimer::new())
                     .header_read_timeout(HEADER_READ_TIMEOUT);
+                builder
+                    .http2()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .max_concurrent_streams(MAX_STREAMS);
                 let connection =
                     builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
                 let _ = watcher.watch(connection).await;
@@ -283,6 +289,10 @@ pub async fn serve_clusters(
 
 /// Time a client has to complete its TLS handshake.
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Requests at once on one HTTP/2 connection, kube-apiserver's default
+/// (`--http2-max-streams-per-connection`): a controller's every watch of
+/// one server shares a connection.
+const MAX_STREAMS: u32 = 1000;
 /// Time a client has to send a request's head.
 const HEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 async fn compact_periodically(clusters: std::sync::Arc<Clusters>) {

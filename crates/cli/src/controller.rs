@@ -119,5 +119,5 @@ pub async fn client(path: Option<&PathBuf>) -> anyhow::Result<kube::Client> {
             "no kubeconfig given, none in $KUBECONFIG or ~/.kube/config, and not in a pod",
         )?,
     };
-    kube::Client::try_from(config).context("building the client")
+    modelplane_kubeclient::client(config).context("building the client")
 }

@@ -159,7 +159,7 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    let client = kube::Client::try_from(config).map_err(|e| bad(e.to_string()))?;
+    let client = modelplane_kubeclient::client(config).map_err(|e| bad(e.to_string()))?;
     let target = Target::Cluster(name.to_string());
     {
         // Swapped under the index's lock, so no watch of the old connection

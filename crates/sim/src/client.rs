@@ -170,7 +170,7 @@ pub async fn connect(kubeconfig: &Kubeconfig) -> Result<Client, kube::Error> {
     let config = Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default())
         .await
         .map_err(kube::Error::InferKubeconfig)?;
-    Client::try_from(config)
+    modelplane_kubeclient::client(config)
 }
 
 /// The server URL of a kubeconfig's current context.
