@@ -418,6 +418,18 @@ impl Index {
     /// returns its owner to reconcile.
     pub fn apply_owned(&mut self, target: &Target, object: Value) -> Vec<Subject> {
         let reference = ObjectRef::of(&object);
+        if self
+            .world
+            .applied
+            .get(target)
+            .and_then(|m| m.get(&reference))
+            .is_some_and(|known| is_newer(known, &object))
+        {
+            // An apply's answer taken in after the watch delivered a later
+            // change (a status the cluster's controller set meanwhile):
+            // what the watch saw stands.
+            return Vec::new();
+        }
         let owner = owner_uid(&object).map(str::to_string);
         let previous = self
             .world
@@ -641,6 +653,21 @@ fn key_in(object: &Value, name: &str) -> Key {
     key(object["metadata"]["namespace"].as_str(), name)
 }
 
+/// Whether `known` is a later version of the same object than `incoming`.
+/// resourceVersions are opaque to clients, but every server Modelplane
+/// talks to (etcd's revisions, the embedded store's) numbers them in
+/// order; one that is not a number is never judged older.
+fn is_newer(known: &Value, incoming: &Value) -> bool {
+    let version = |o: &Value| {
+        o["metadata"]["resourceVersion"]
+            .as_str()?
+            .parse::<u64>()
+            .ok()
+    };
+    known["metadata"]["uid"] == incoming["metadata"]["uid"]
+        && matches!((version(known), version(incoming)), (Some(k), Some(i)) if k > i)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -674,6 +701,32 @@ mod tests {
             index.orphans(&cluster).len(),
             1,
             "an unknown owner's object is one"
+        );
+    }
+
+    #[test]
+    fn an_apply_answered_after_a_newer_watch_event_does_not_undo_it() {
+        let mut index = Index::default();
+        let cluster = Target::Cluster("edge".into());
+        let at = |version: &str, status: Value| {
+            let mut w = workload("r-1");
+            w["metadata"]["resourceVersion"] = json!(version);
+            w["status"] = status;
+            w
+        };
+        // The simulated controller set the status (seen by the watch)
+        // before the apply's own answer, without it, was taken in.
+        index.apply_owned(&cluster, at("7", json!({ "ready": true })));
+        index.apply_owned(&cluster, at("6", Value::Null));
+        let reference = ObjectRef::of(&workload("r-1"));
+        assert_eq!(
+            index.world.applied[&cluster][&reference]["status"],
+            json!({ "ready": true })
+        );
+        index.apply_owned(&cluster, at("8", Value::Null));
+        assert_eq!(
+            index.world.applied[&cluster][&reference]["status"],
+            Value::Null
         );
     }
 
