@@ -1664,3 +1664,47 @@ fn a_controller_killed_mid_apply_of_100_deployments_ends_where_an_uninterrupted_
         assert_eq!(&crashed[key], object, "{key} differs");
     }
 }
+
+#[test]
+fn deployments_reconciled_together_never_place_more_replicas_than_the_pool_holds() {
+    let (nodes, deployments) = (12, 30);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = Server::start(&dir.path().join("data"));
+    fleet_of(&server, None, nodes);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| platform(&server, &stop, "10.0.0.7"));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _controller = controller(&server);
+            wait_for("the cluster Ready", WAIT, || {
+                get_json(&server, None, &["get", "ic", "edge"])
+                    .and_then(|c| condition(&c, "Ready"))
+                    .filter(|s| s == "True")
+            });
+            // Every deployment at once: the controller's workers place them
+            // side by side, each from the same fleet.
+            let manifests: Vec<String> = (0..deployments)
+                .map(|i| {
+                    DEPLOYMENT
+                        .replace("REPLICAS", "1")
+                        .replace("name: qwen3-8b\n", &format!("name: model-{i:03}\n"))
+                })
+                .collect();
+            server.apply(None, &manifests.join("\n---\n"));
+            wait_for("every deployment looked at", WAIT, || {
+                let list = get_json(&server, None, &["get", "md", "-n", "ml-team"])?;
+                let items = list["items"].as_array()?;
+                (items.len() == deployments && items.iter().all(|d| d["status"].is_object()))
+                    .then_some(())
+            });
+            std::thread::sleep(Duration::from_secs(3));
+            let placed = names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]).len();
+            assert_eq!(
+                placed, nodes,
+                "one replica per single-GPU node, the other deployments waiting for capacity"
+            );
+        }));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}

@@ -467,6 +467,24 @@ impl Index {
         subjects
     }
 
+    /// Takes in a ModelReplica as its apply answered, unless its watch
+    /// already delivered a later version.
+    pub fn assume_replica(&mut self, object: &Value) {
+        let key = object_key(object);
+        let known = self.world.replicas.get(&key).and_then(|r| {
+            r.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        });
+        let incoming = object["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok());
+        if !matches!((known, incoming), (Some(k), Some(i)) if k > i) {
+            self.apply(Kind::Replica, object);
+        }
+    }
+
     /// Forgets an owned object that was deleted; returns its owner.
     pub fn delete_owned(&mut self, target: &Target, object: &Value) -> Vec<Subject> {
         let reference = ObjectRef::of(object);

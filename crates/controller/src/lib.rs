@@ -107,6 +107,10 @@ pub struct Shared {
     pub watch_errors: Mutex<std::collections::BTreeMap<Kind, String>>,
     /// How long a ModelReplica drains before it is deleted.
     pub drain: Duration,
+    /// Held by a deployment's reconcile from its plan until its replicas
+    /// are in the index: deployments placed side by side would each see
+    /// the same free GPUs and book them twice.
+    pub placing: tokio::sync::Mutex<()>,
 }
 
 /// Cloud provider configs a cloud cluster's composition reads: the GCP
@@ -139,6 +143,7 @@ impl Shared {
             supervisor: Supervisor::default(),
             watch_errors: Mutex::default(),
             drain,
+            placing: tokio::sync::Mutex::default(),
         })
     }
 

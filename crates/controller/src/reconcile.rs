@@ -294,6 +294,10 @@ struct Write<'a> {
 
 /// Reconciles `subject` once.
 pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), ReconcileError> {
+    let _placing = match subject {
+        Subject::Deployment(_) => Some(shared.placing.lock().await),
+        _ => None,
+    };
     let Some(plan) = plan(shared, subject) else {
         return Ok(());
     };
@@ -426,6 +430,11 @@ fn applied_one(
                     s.insert(key);
                 }
             } else if let Ok(mut index) = shared.index.write() {
+                if desired.target == Target::ControlPlane && key.1.kind == "ModelReplica" {
+                    // Counted at once by the next deployment's placement,
+                    // not once its watch event arrives.
+                    index.assume_replica(&stored);
+                }
                 index.apply_owned(&desired.target, stored);
             }
         }
