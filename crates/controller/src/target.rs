@@ -80,12 +80,41 @@ enum Resolved {
     NotServed(Instant),
 }
 
+/// What discovery said of each kind, since its CRDs last changed.
+#[derive(Default)]
+struct Kinds {
+    known: HashMap<(String, String), Resolved>,
+    /// Counts the changes of CRDs: an answer asked for before one is not
+    /// kept after it (it may say "not served" of the kind just installed,
+    /// and whoever was woken by the change would believe it).
+    generation: u64,
+}
+
+impl Kinds {
+    fn get(&self, key: &(String, String)) -> Option<Resolved> {
+        self.known.get(key).cloned()
+    }
+
+    /// Keeps `resolved`, asked for at `generation`, unless the CRDs
+    /// changed since.
+    fn record(&mut self, key: (String, String), resolved: Resolved, generation: u64) {
+        if generation == self.generation {
+            self.known.insert(key, resolved);
+        }
+    }
+
+    fn forget(&mut self) {
+        self.known.clear();
+        self.generation += 1;
+    }
+}
+
 /// A connection to one API server.
 pub struct Connection {
     /// How messages name it (`control plane`, `cluster us-east`).
     pub name: String,
     client: Client,
-    kinds: RwLock<HashMap<(String, String), Resolved>>,
+    kinds: RwLock<Kinds>,
     /// Writes pass only while this process leads.
     gate: Arc<WriteGate>,
     /// Why its API server does not answer, while it does not.
@@ -157,7 +186,10 @@ impl Connection {
         kind: &str,
     ) -> Result<(ApiResource, bool), TargetError> {
         let key = (api_version.to_string(), kind.to_string());
-        let known = self.kinds.read().ok().and_then(|k| k.get(&key).cloned());
+        let (known, generation) = self
+            .kinds
+            .read()
+            .map_or((None, 0), |k| (k.get(&key), k.generation));
         match known {
             Some(Resolved::Served(resource, namespaced)) => return Ok((resource, namespaced)),
             Some(Resolved::NotServed(at)) if at.elapsed() < NOT_SERVED_FOR => {
@@ -181,7 +213,7 @@ impl Connection {
             }
         };
         if let Ok(mut kinds) = self.kinds.write() {
-            kinds.insert(key, resolved.clone());
+            kinds.record(key, resolved.clone(), generation);
         }
         match resolved {
             Resolved::Served(resource, namespaced) => Ok((resource, namespaced)),
@@ -192,7 +224,7 @@ impl Connection {
     /// Forgets what discovery said (after a CRD was installed or removed).
     pub fn forget_kinds(&self) {
         if let Ok(mut kinds) = self.kinds.write() {
-            kinds.clear();
+            kinds.forget();
         }
     }
 
@@ -300,6 +332,29 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_asked_for_before_the_crds_changed_is_not_kept() {
+        let key = (
+            "gateway.networking.k8s.io/v1".to_string(),
+            "Gateway".to_string(),
+        );
+        let mut kinds = Kinds::default();
+        let asked_at = kinds.generation;
+        // The chart installs the CRD while discovery's answer is on its way.
+        kinds.forget();
+        kinds.record(key.clone(), Resolved::NotServed(Instant::now()), asked_at);
+        assert!(
+            kinds.get(&key).is_none(),
+            "the stale 'not served' would hold the watch until its 60 s timer"
+        );
+        kinds.record(
+            key.clone(),
+            Resolved::NotServed(Instant::now()),
+            kinds.generation,
+        );
+        assert!(kinds.get(&key).is_some());
+    }
 
     #[test]
     fn a_missing_crd_is_named_with_the_cluster() {
