@@ -6,6 +6,12 @@
 //! Over HTTP/2 (which kube-apiserver serves, as does `modelplane apiserver`)
 //! one connection per server carries them all, as client-go does; a server
 //! that offers only HTTP/1.1 is still spoken to in it.
+//!
+//! The price: a connection's streams share its flow-control window, so a
+//! watch left unread for long stalls every other request on the connection
+//! once the window is spent. Its users read every watch in a task of its
+//! own, at once (the controller does; the simulator, whose simulated
+//! controllers may not, stays on kube's HTTP/1.1 client).
 
 use std::time::Duration;
 
