@@ -1,0 +1,264 @@
+//! A fleet applied to `modelplane up` (bench/RESULTS.md, issue 15): CLUSTERS
+//! simulated EKS clusters (half Standard, half Dynamo) with one pool of
+//! single-GPU nodes each, and DEPLOYMENTS ModelDeployments of REPLICAS
+//! replicas, applied with one `kubectl apply`; seconds until every cluster
+//! is Ready and until every ModelReplica is Ready (its engine serving).
+//!
+//! `cargo build --release -p modelplane -p sim-bench && ./target/release/fleet`
+//! — CLUSTERS (default 100), DEPLOYMENTS (default 100), REPLICAS (default 10).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn binary() -> anyhow::Result<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane");
+    if !path.exists() {
+        bail!(
+            "{} is missing: cargo build --release -p modelplane first",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Killed when dropped.
+struct Up(Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()?;
+    if !out.status.success() {
+        bail!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// The class of the fleet's pools: one 24 GiB GPU a node.
+const CLASS: &str = r#"apiVersion: modelplane.ai/v1alpha1
+kind: InferenceClass
+metadata:
+  name: l4-1x
+spec:
+  provisioning:
+    provider: EKS
+    eks:
+      instanceType: g6.xlarge
+      accelerator:
+        type: nvidia-l4
+        count: 1
+  devices:
+  - name: gpu
+    driver: gpu.nvidia.com
+    deviceClassName: gpu.nvidia.com
+    count: 1
+    attributes:
+      architecture: { string: Ada }
+    capacity:
+      memory: { value: "23034Mi" }
+---
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: ml-team
+"#;
+
+fn cluster(i: usize, nodes: usize) -> String {
+    let stack = if i.is_multiple_of(2) {
+        "Standard"
+    } else {
+        "Dynamo"
+    };
+    format!(
+        r#"---
+apiVersion: modelplane.ai/v1alpha1
+kind: InferenceCluster
+metadata:
+  name: c{i}
+spec:
+  stack: {stack}
+  cluster:
+    source: EKS
+    eks:
+      region: us-east-1
+  nodePools:
+  - name: l4
+    className: l4-1x
+    nodeCount: {nodes}
+    zones: [us-east-1a]
+"#
+    )
+}
+
+fn deployment(i: usize, replicas: usize) -> String {
+    format!(
+        r#"---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelDeployment
+metadata:
+  name: m{i}
+  namespace: ml-team
+spec:
+  replicas: {replicas}
+  template:
+    spec:
+      engines:
+      - name: engine
+        members:
+        - role: Standalone
+          nodeSelector:
+            devices:
+            - name: gpu
+              selectors:
+              - cel: device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("20Gi")) >= 0
+          template:
+            spec:
+              containers:
+              - name: engine
+                image: vllm/vllm-openai:v0.23.0
+                args:
+                - --model=Qwen/Qwen3-0.6B
+                - --served-model-name=m{i}
+"#
+    )
+}
+
+/// How many objects of `resource` have the condition Ready True.
+fn ready(kubeconfig: &Path, resource: &str) -> anyhow::Result<usize> {
+    let out = kubectl(
+        kubeconfig,
+        &[
+            "get",
+            resource,
+            "-A",
+            "-o",
+            r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+        ],
+    )?;
+    Ok(out.lines().filter(|l| *l == "True").count())
+}
+
+fn wait_ready(
+    kubeconfig: &Path,
+    resource: &str,
+    wanted: usize,
+    since: Instant,
+) -> anyhow::Result<f64> {
+    let mut last = 0;
+    loop {
+        let now = ready(kubeconfig, resource).unwrap_or(last);
+        if now != last {
+            eprintln!(
+                "{:6.1} s: {now} of {wanted} {resource} Ready",
+                since.elapsed().as_secs_f64()
+            );
+            last = now;
+        }
+        if now >= wanted {
+            return Ok(since.elapsed().as_secs_f64());
+        }
+        if since.elapsed() > Duration::from_secs(900) {
+            bail!("{now} of {wanted} {resource} Ready after 15 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let (clusters, deployments, replicas) = (
+        env("CLUSTERS", 100),
+        env("DEPLOYMENTS", 100),
+        env("REPLICAS", 10),
+    );
+    // A little room beyond one replica a node, as a platform team leaves.
+    let nodes = (deployments * replicas).div_ceil(clusters) + 2;
+    let dir = std::env::temp_dir().join(format!("sim-bench-fleet-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let up = Up(Command::new(binary()?)
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--gateway-listen",
+            "127.0.0.1:0",
+        ])
+        .arg("--data-dir")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?);
+    let kubeconfig = dir.join("kubeconfig");
+    let started = Instant::now();
+    while kubectl(
+        &kubeconfig,
+        &["get", "crd", "modeldeployments.modelplane.ai"],
+    )
+    .is_err()
+    {
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!("up did not serve its CRDs in 2 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut manifest = CLASS.to_string();
+    manifest.extend((0..clusters).map(|i| cluster(i, nodes)));
+    manifest.extend((0..deployments).map(|i| deployment(i, replicas)));
+    let file = dir.join("fleet.yaml");
+    std::fs::write(&file, manifest)?;
+
+    let applied = Instant::now();
+    kubectl(
+        &kubeconfig,
+        &[
+            "apply",
+            "--server-side",
+            "-f",
+            file.to_str().context("path")?,
+        ],
+    )?;
+    println!(
+        "{clusters} clusters × {nodes} single-GPU nodes, {deployments} deployments × {replicas} replicas applied in {:.1} s",
+        applied.elapsed().as_secs_f64()
+    );
+    let clusters_ready = wait_ready(&kubeconfig, "inferenceclusters", clusters, applied)?;
+    println!("every cluster Ready {clusters_ready:.1} s after the apply");
+    let all = wait_ready(
+        &kubeconfig,
+        "modelreplicas",
+        deployments * replicas,
+        applied,
+    )?;
+    println!(
+        "every replica Ready {all:.1} s after the apply (target ≤ 60 s for 100 clusters and 1,000 replicas)"
+    );
+    let pid = up.0.id();
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    println!("up's resident memory then: {:.0} MB", rss * 1024.0 / 1e6);
+    drop(up);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
