@@ -1534,6 +1534,18 @@ fn read_fault_steps(server: &Server, faults: &Faults, controller: InProcess) {
 /// runs of the same thing (uids, versions, times, status) left out. With
 /// `kill_after`, the controller is killed with SIGKILL once that many
 /// replicas exist, and started again.
+/// `count` deployments of one replica each, `model-000` on.
+fn one_replica_deployments(count: usize) -> String {
+    (0..count)
+        .map(|i| {
+            DEPLOYMENT
+                .replace("REPLICAS", "1")
+                .replace("name: qwen3-8b\n", &format!("name: model-{i:03}\n"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
 fn converged(deployments: usize, kill_after: Option<usize>) -> BTreeMap<String, Value> {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("data"));
@@ -1548,14 +1560,7 @@ fn converged(deployments: usize, kill_after: Option<usize>) -> BTreeMap<String, 
                     .and_then(|c| condition(&c, "Ready"))
                     .filter(|s| s == "True")
             });
-            let manifests: Vec<String> = (0..deployments)
-                .map(|i| {
-                    DEPLOYMENT
-                        .replace("REPLICAS", "1")
-                        .replace("name: qwen3-8b\n", &format!("name: model-{i:03}\n"))
-                })
-                .collect();
-            server.apply(None, &manifests.join("\n---\n"));
+            server.apply(None, &one_replica_deployments(deployments));
             if let Some(after) = kill_after {
                 wait_for("replicas to be made", WAIT, || {
                     (names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]).len()
@@ -1683,14 +1688,7 @@ fn deployments_reconciled_together_never_place_more_replicas_than_the_pool_holds
             });
             // Every deployment at once: the controller's workers place them
             // side by side, each from the same fleet.
-            let manifests: Vec<String> = (0..deployments)
-                .map(|i| {
-                    DEPLOYMENT
-                        .replace("REPLICAS", "1")
-                        .replace("name: qwen3-8b\n", &format!("name: model-{i:03}\n"))
-                })
-                .collect();
-            server.apply(None, &manifests.join("\n---\n"));
+            server.apply(None, &one_replica_deployments(deployments));
             wait_for("every deployment looked at", WAIT, || {
                 let list = get_json(&server, None, &["get", "md", "-n", "ml-team"])?;
                 let items = list["items"].as_array()?;
