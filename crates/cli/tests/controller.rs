@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::existing::{self, names};
 use common::{Process, Server, wait_for};
 use serde_json::Value;
 
@@ -40,141 +41,11 @@ fn fleet_through(server: &Server, through: Option<&str>) {
     fleet_of(server, through, 4);
 }
 
-/// The fleet, its one pool `nodes` L4 nodes.
+/// The fleet: one Existing Standard cluster `edge`, its one pool `nodes`
+/// L4 nodes.
 fn fleet_of(server: &Server, through: Option<&str>, nodes: usize) {
-    server.apply(
-        None,
-        &String::from_utf8(
-            Command::new(env!("CARGO_BIN_EXE_modelplane"))
-                .arg("crds")
-                .output()
-                .expect("crds")
-                .stdout,
-        )
-        .expect("utf-8"),
-    );
-    server.apply(
-        None,
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: modelplane-system\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: ml-team\n---\napiVersion: tenancy.modelplane.ai/v1alpha1\nkind: LogicalCluster\nmetadata:\n  name: edge\n",
-    );
-    // Crossplane's kinds on the control plane, and what the stack's charts
-    // install on the workload cluster (the simulated fleet does both in
-    // embedded mode).
-    let control_kinds = [
-        (
-            "kubernetes.m.crossplane.io",
-            "v1alpha1",
-            "ClusterProviderConfig",
-            "clusterproviderconfigs",
-            false,
-        ),
-        (
-            "kubernetes.m.crossplane.io",
-            "v1alpha1",
-            "ProviderConfig",
-            "providerconfigs",
-            true,
-        ),
-        (
-            "helm.m.crossplane.io",
-            "v1beta1",
-            "ProviderConfig",
-            "providerconfigs",
-            true,
-        ),
-        (
-            "helm.m.crossplane.io",
-            "v1beta1",
-            "Release",
-            "releases",
-            true,
-        ),
-        (
-            "protection.crossplane.io",
-            "v1beta1",
-            "Usage",
-            "usages",
-            true,
-        ),
-        (
-            "protection.crossplane.io",
-            "v1beta1",
-            "ClusterUsage",
-            "clusterusages",
-            false,
-        ),
-        (
-            "gateway.networking.k8s.io",
-            "v1",
-            "HTTPRoute",
-            "httproutes",
-            true,
-        ),
-    ];
-    for (group, version, kind, plural, namespaced) in control_kinds {
-        server.apply(None, &crd(group, version, kind, plural, namespaced));
-    }
-    let cluster_kinds = [
-        (
-            "inference.networking.k8s.io",
-            "v1",
-            "InferencePool",
-            "inferencepools",
-            true,
-        ),
-        (
-            "gateway.networking.k8s.io",
-            "v1",
-            "HTTPRoute",
-            "httproutes",
-            true,
-        ),
-        (
-            "gateway.networking.k8s.io",
-            "v1",
-            "Gateway",
-            "gateways",
-            true,
-        ),
-        (
-            "gateway.networking.k8s.io",
-            "v1",
-            "GatewayClass",
-            "gatewayclasses",
-            false,
-        ),
-        (
-            "gateway.envoyproxy.io",
-            "v1alpha1",
-            "EnvoyProxy",
-            "envoyproxies",
-            true,
-        ),
-        (
-            "llm-d.ai",
-            "v1alpha1",
-            "EndpointPickerConfig",
-            "endpointpickerconfigs",
-            true,
-        ),
-    ];
-    for (group, version, kind, plural, namespaced) in cluster_kinds {
-        server.apply(Some("edge"), &crd(group, version, kind, plural, namespaced));
-    }
-    server.apply(
-        Some("edge"),
-        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: modelplane-system\n",
-    );
-    let mut kubeconfig = server.logical_kubeconfig("edge");
-    if let Some(through) = through {
-        kubeconfig = kubeconfig.replace(&server.url, through);
-    }
-    let secret = serde_json::json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": { "name": "edge-kubeconfig", "namespace": "modelplane-system" },
-        "stringData": { "kubeconfig": kubeconfig },
-    });
-    server.apply(None, &secret.to_string());
+    existing::control_plane(server);
+    existing::existing_cluster(server, "edge", through);
     server.apply(
         None,
         &r#"
@@ -211,107 +82,9 @@ spec:
     );
 }
 
-/// A CRD serving `kind` in `group` at `version`, any content.
-fn crd(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool) -> String {
-    serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": { "name": format!("{plural}.{group}") },
-        "spec": { "group": group, "scope": if namespaced { "Namespaced" } else { "Cluster" },
-            "names": { "plural": plural, "singular": kind.to_lowercase(), "kind": kind },
-            "versions": [{ "name": version, "served": true, "storage": true,
-                "subresources": { "status": {} },
-                "schema": { "openAPIV3Schema": { "type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true } } }] }
-    })
-    .to_string()
-}
-
-/// Stands in for Crossplane's providers and the workload cluster's
-/// controllers, as the simulated fleet will: Helm releases become Ready,
-/// the cluster's GatewayClass is Accepted and its Gateway gets an address.
+/// The platform's stand-in for the `edge` cluster, its Gateway at `edge`.
 fn platform(server: &Server, stop: &std::sync::atomic::AtomicBool, edge: &str) {
-    let ready = r#"{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Available"},{"type":"Synced","status":"True","reason":"ReconcileSuccess"}]}}"#;
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        for release in names(
-            server,
-            None,
-            &[
-                "get",
-                "releases.helm.m.crossplane.io",
-                "-n",
-                "modelplane-system",
-            ],
-        ) {
-            // Helm creates the release's namespace on the cluster.
-            if let Some(namespace) =
-                get_json(server, None, &["get", &release, "-n", "modelplane-system"]).and_then(
-                    |r| {
-                        r["spec"]["forProvider"]["namespace"]
-                            .as_str()
-                            .map(str::to_string)
-                    },
-                )
-            {
-                server.kubectl_in(
-                    Some("edge"),
-                    &["apply", "--server-side", "-f", "-"],
-                    Some(&format!(
-                        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
-                    )),
-                );
-            }
-            server.kubectl_in(
-                None,
-                &[
-                    "patch",
-                    &release,
-                    "-n",
-                    "modelplane-system",
-                    "--subresource=status",
-                    "--type=merge",
-                    "-p",
-                    ready,
-                ],
-                None,
-            );
-        }
-        for class in names(server, Some("edge"), &["get", "gatewayclasses"]) {
-            server.kubectl_in(
-                Some("edge"),
-                &[
-                    "patch",
-                    &class,
-                    "--subresource=status",
-                    "--type=merge",
-                    "-p",
-                    r#"{"status":{"conditions":[{"type":"Accepted","status":"True"}]}}"#,
-                ],
-                None,
-            );
-        }
-        for gateway in names(
-            server,
-            Some("edge"),
-            &["get", "gateways", "-n", "modelplane-system"],
-        ) {
-            server.kubectl_in(
-                Some("edge"),
-                &[
-                    "patch",
-                    &gateway,
-                    "-n",
-                    "modelplane-system",
-                    "--subresource=status",
-                    "--type=merge",
-                    "-p",
-                    &serde_json::json!({ "status": { "addresses": [{ "type": "IPAddress", "value": edge }] } })
-                        .to_string(),
-                ],
-                None,
-            );
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
+    existing::platform(server, stop, &[("edge", edge)]);
 }
 
 fn controller(server: &Server) -> Process {
@@ -355,24 +128,12 @@ spec:
                 args: [--model=Qwen/Qwen3-8B, --served-model-name=qwen3-8b]
 "#;
 
-fn names(server: &Server, cluster: Option<&str>, args: &[&str]) -> Vec<String> {
-    let mut all = args.to_vec();
-    all.extend(["-o", "name"]);
-    let (ok, out, _) = server.kubectl_in(cluster, &all, None);
-    if !ok {
-        return Vec::new();
-    }
-    let mut names: Vec<String> = out.lines().map(str::to_string).collect();
-    names.sort();
-    names
-}
-
 #[test]
 fn an_existing_cluster_gets_its_stack_then_a_deployment_becomes_ready_endpoints_on_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = Server::start(&dir.path().join("data"));
     fleet(&server);
-    server.apply(None, &DEPLOYMENT.replace("REPLICAS", "2"));
+    server.apply(None, &DEPLOYMENT.replace("REPLICAS", "3"));
     let _controller = controller(&server);
     // The data plane: an engine, the workload cluster's edge gateway in front
     // of it (routing /<namespace>/<replica>/ as the composed HTTPRoutes do),
@@ -490,9 +251,9 @@ fn steps(server: &Server, data_plane: &DataPlane) {
     );
 
     // Two ModelReplicas on the control plane, owned by the deployment.
-    let replicas = wait_for("two ModelReplicas", WAIT, || {
+    let replicas = wait_for("three ModelReplicas", WAIT, || {
         let found = names(server, None, &["get", "modelreplicas", "-n", "ml-team"]);
-        (found.len() == 2).then_some(found)
+        (found.len() == 3).then_some(found)
     });
     let deployment =
         get_json(server, None, &["get", "md", "qwen3-8b", "-n", "ml-team"]).expect("md");
@@ -520,7 +281,8 @@ fn steps(server: &Server, data_plane: &DataPlane) {
                 Some("edge"),
                 &["get", "deployments", "-n", "ml-team"],
             );
-            (found.len() >= 2).then_some(found)
+            // Each replica's engine and endpoint picker.
+            (found.len() == 2 * replicas.len()).then_some(found)
         },
     );
     for workload in &workloads {
@@ -564,7 +326,7 @@ fn steps(server: &Server, data_plane: &DataPlane) {
             None,
         );
     }
-    wait_for("both replicas Ready", WAIT, || {
+    wait_for("every replica Ready", WAIT, || {
         replicas
             .iter()
             .all(|r| {
@@ -575,9 +337,9 @@ fn steps(server: &Server, data_plane: &DataPlane) {
             })
             .then_some(())
     });
-    let endpoints = wait_for("two ModelEndpoints", WAIT, || {
+    let endpoints = wait_for("three ModelEndpoints", WAIT, || {
         let found = names(server, None, &["get", "modelendpoints", "-n", "ml-team"]);
-        (found.len() == 2).then_some(found)
+        (found.len() == 3).then_some(found)
     });
     let endpoint =
         get_json(server, None, &["get", &endpoints[0], "-n", "ml-team"]).expect("endpoint");
@@ -602,7 +364,7 @@ fn steps(server: &Server, data_plane: &DataPlane) {
     let (ok, described, _) =
         server.kubectl_in(None, &["describe", "md", "qwen3-8b", "-n", "ml-team"], None);
     assert!(
-        ok && described.contains("Scheduled 2 replicas"),
+        ok && described.contains("Scheduled 3 replicas"),
         "{described}"
     );
 
@@ -691,12 +453,13 @@ fn steps(server: &Server, data_plane: &DataPlane) {
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(revision(None), before, "an unchanged world is written to");
 
-    // Scale 2 → 1: the replica going away leaves the routing first (its
-    // ModelEndpoint goes, the replica is marked draining and keeps its
-    // workloads), then, drained, exactly its objects go, everywhere.
+    // Scale 3 → 1: the two replicas going away leave the routing first
+    // (their ModelEndpoints go, they are marked draining and keep their
+    // workloads), then, drained, exactly their objects go, everywhere.
+    let before = owned_objects(server);
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=1"]);
     let draining = wait_for(
-        "the surplus replica out of the routing, draining",
+        "the two surplus replicas out of the routing, draining",
         WAIT,
         || {
             let endpoints = names(server, None, &["get", "modelendpoints", "-n", "ml-team"]);
@@ -709,34 +472,87 @@ fn steps(server: &Server, data_plane: &DataPlane) {
                 })
                 .filter_map(|r| r["metadata"]["name"].as_str().map(str::to_string))
                 .collect();
-            (endpoints.len() == 1 && replicas["items"].as_array()?.len() == 2 && marked.len() == 1)
+            (endpoints.len() == 1 && replicas["items"].as_array()?.len() == 3 && marked.len() == 2)
                 .then_some(marked)
         },
     );
+    let without_endpoints = |objects: &Owned| -> Owned {
+        objects
+            .iter()
+            .filter(|(_, (_, kind, _))| kind != "modelendpoint")
+            .map(|(uid, object)| (uid.clone(), object.clone()))
+            .collect()
+    };
     assert_eq!(
-        names(
-            server,
-            Some("edge"),
-            &["get", "deployments", "-n", "ml-team"]
-        )
-        .len(),
-        workloads.len(),
-        "{draining:?} still serves what it was sent while it drains"
+        without_endpoints(&owned_objects(server)),
+        without_endpoints(&before),
+        "{draining:?} keep every object but their endpoints while they drain"
     );
-    wait_for("one ModelReplica left", WAIT, || {
-        (names(server, None, &["get", "modelreplicas", "-n", "ml-team"]).len() == 1).then_some(())
+    // What the two replicas owned, here and on the cluster: their
+    // ModelReplicas and ModelEndpoints (named as they are) and every
+    // workload object named after them.
+    let theirs = |name: &str| {
+        draining
+            .iter()
+            .any(|replica| name == replica || name.starts_with(&format!("{replica}-")))
+    };
+    let expected: Owned = before
+        .iter()
+        .filter(|(_, (_, _, name))| !theirs(name))
+        .map(|(uid, object)| (uid.clone(), object.clone()))
+        .collect();
+    assert!(
+        before.len() - expected.len() >= 2 * 10,
+        "the two replicas owned their objects: {} of {}",
+        before.len() - expected.len(),
+        before.len()
+    );
+    wait_for("exactly the two replicas' objects deleted", WAIT, || {
+        (owned_objects(server) == expected).then_some(())
     });
-    wait_for("one replica's workloads left on the cluster", WAIT, || {
-        let left = names(
-            server,
+}
+
+/// Objects by uid: (target, kind, name).
+type Owned = BTreeMap<String, (String, String, String)>;
+
+/// Every object Modelplane owns in ml-team, on the control plane and the
+/// `edge` cluster.
+fn owned_objects(server: &Server) -> Owned {
+    let mut objects = BTreeMap::new();
+    for (target, cluster, kinds) in [
+        ("control-plane", None, "modelreplicas,modelendpoints"),
+        (
+            "edge",
             Some("edge"),
-            &["get", "deployments", "-n", "ml-team"],
-        );
-        (left.len() == workloads.len() / 2).then_some(())
-    });
-    wait_for("one ModelEndpoint left", WAIT, || {
-        (names(server, None, &["get", "modelendpoints", "-n", "ml-team"]).len() == 1).then_some(())
-    });
+            "deployments,services,configmaps,serviceaccounts,roles,rolebindings,resourceclaimtemplates,inferencepools,httproutes",
+        ),
+    ] {
+        let list = get_json(
+            server,
+            cluster,
+            &[
+                "get",
+                kinds,
+                "-n",
+                "ml-team",
+                "-l",
+                "modelplane.ai/owner-uid",
+            ],
+        )
+        .unwrap_or_default();
+        for object in list["items"].as_array().into_iter().flatten() {
+            let field = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            objects.insert(
+                field(&object["metadata"]["uid"]),
+                (
+                    target.to_string(),
+                    field(&object["kind"]).to_lowercase(),
+                    field(&object["metadata"]["name"]),
+                ),
+            );
+        }
+    }
+    objects
 }
 
 /// A free loopback port (bound, then released for a child to bind).

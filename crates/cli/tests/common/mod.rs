@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod existing;
 pub mod up;
 
 use std::io::{BufRead, BufReader, Write as _};
