@@ -12,6 +12,7 @@ mod logging;
 mod output;
 mod platform;
 mod providers;
+mod rbac;
 mod recipes;
 mod render;
 mod schedule;
@@ -64,6 +65,8 @@ enum Command {
     Apiserver(apiserver::ApiserverArgs),
     /// Run the controllers: reconcile the fleet on a control plane.
     Controller(controller::ControllerArgs),
+    /// Print the RBAC the controllers need, on the control plane or on a workload cluster.
+    Rbac(rbac::RbacArgs),
     /// Serve the fleet gateway: one OpenAI-compatible endpoint for every model.
     Gateway(gateway::GatewayArgs),
     /// Serve a fake OpenAI-compatible engine (for tests, benchmarks and demos).
@@ -91,6 +94,7 @@ fn main() -> ExitCode {
         Command::Apiserver(args) => report(apiserver::run(&args)),
         Command::Gateway(args) => report(gateway::run(&args)),
         Command::Controller(args) => report(controller::run(&args)),
+        Command::Rbac(args) => report(rbac::run(&args)),
         Command::EngineSim(args) => report(engine_sim::run(&args)),
         Command::Sim(args) => report(sim::run(&args)),
         Command::Up(args) => report(up::run(&args)),

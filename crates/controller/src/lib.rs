@@ -19,6 +19,7 @@ pub mod index;
 pub mod lease;
 pub mod metrics;
 pub mod queue;
+pub mod rbac;
 pub mod reconcile;
 pub mod status;
 pub mod target;
@@ -115,7 +116,7 @@ pub struct Shared {
 
 /// Cloud provider configs a cloud cluster's composition reads: the GCP
 /// project, the Nebius project and credentials.
-const PROVIDER_CONFIGS: &[(&str, &str)] = &[
+pub const PROVIDER_CONFIGS: &[(&str, &str)] = &[
     ("gcp.m.upbound.io/v1beta1", "ClusterProviderConfig"),
     ("gcp.m.upbound.io/v1beta1", "ProviderConfig"),
     ("nebius.m.upbound.io/v1beta1", "ClusterProviderConfig"),
