@@ -157,8 +157,40 @@ fn the_workload_cluster_role_grants_what_compositions_apply_there_and_no_more() 
     let manifests = rbac(&["--for", "workload-cluster"]);
     let role = role(&manifests);
     grants_everything_applied(role, kinds::WORKLOAD_CLUSTER);
+    // Kubernetes refuses a Role granting what its creator does not hold:
+    // every rule of every Role render prints for a cluster is held.
+    let rendered = include_str!("golden/render/examples/output.snap");
+    let roles: Vec<Value> = rendered
+        .split("\n---\n")
+        .filter(|d| d.contains("kind: Role\n"))
+        .map(|d| serde_saphyr::from_str(d).expect("a Role"))
+        .collect();
+    assert!(
+        !roles.is_empty(),
+        "the golden has the endpoint pickers' Roles"
+    );
+    for composed in &roles {
+        for rule in composed["rules"].as_array().into_iter().flatten() {
+            for group in rule["apiGroups"].as_array().into_iter().flatten() {
+                for resource in rule["resources"].as_array().into_iter().flatten() {
+                    for verb in rule["verbs"].as_array().into_iter().flatten() {
+                        let (g, r, v) = (
+                            group.as_str().unwrap_or_default(),
+                            resource.as_str().unwrap_or_default(),
+                            verb.as_str().unwrap_or_default(),
+                        );
+                        assert!(
+                            allows(role, g, r, v),
+                            "{v} {r}.{g} of a composed Role not held"
+                        );
+                    }
+                }
+            }
+        }
+    }
     assert!(!allows(role, "modelplane.ai", "modeldeployments", "get"));
     assert!(!allows(role, "", "pods", "delete"));
+    assert!(!allows(role, "", "nodes", "get"));
 }
 
 #[test]

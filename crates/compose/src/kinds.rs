@@ -118,6 +118,24 @@ pub const WORKLOAD_CLUSTER: &[(&str, &str)] = &[
     ("scheduling.run.ai/v2", "Queue"),
 ];
 
+/// What the Roles composed on a workload cluster grant (the endpoint
+/// picker's): `(apiGroup, resource, verbs)`. Whoever applies them must hold
+/// these rights itself — Kubernetes refuses a Role that grants more than
+/// its creator has.
+pub const GRANTED_ON_CLUSTER: &[(&str, &str, &[&str])] = &[
+    ("", "pods", &["get", "watch", "list"]),
+    (
+        "inference.networking.k8s.io",
+        "inferencepools",
+        &["get", "watch", "list"],
+    ),
+    (
+        "inference.networking.x-k8s.io",
+        "inferenceobjectives",
+        &["get", "watch", "list"],
+    ),
+];
+
 /// The kinds applied on `target`.
 pub fn on(target: &Target) -> &'static [(&'static str, &'static str)] {
     match target {

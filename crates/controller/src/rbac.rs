@@ -66,6 +66,16 @@ pub fn rules(target: &Target) -> Vec<Rule> {
         vec!["customresourcedefinitions".into()],
         READ,
     ));
+    if let Target::Cluster(_) = target {
+        // What the Roles it applies there grant, which it must hold.
+        rules.extend(
+            kinds::GRANTED_ON_CLUSTER
+                .iter()
+                .map(|(group, resource, verbs)| {
+                    Rule::new(group, vec![resource.to_string()], verbs)
+                }),
+        );
+    }
     if *target == Target::ControlPlane {
         rules.extend(by_group(crate::PROVIDER_CONFIGS, READ));
         rules.push(Rule::new("", vec!["events".into()], &["create"]));

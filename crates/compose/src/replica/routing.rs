@@ -237,11 +237,10 @@ pub fn routing_objects(
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": { "name": epp, "namespace": ns },
-            "rules": [
-                { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"] },
-                { "apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"], "verbs": ["get", "watch", "list"] },
-                { "apiGroups": ["inference.networking.x-k8s.io"], "resources": ["inferenceobjectives"], "verbs": ["get", "watch", "list"] },
-            ],
+            "rules": crate::kinds::GRANTED_ON_CLUSTER
+                .iter()
+                .map(|(group, resource, verbs)| json!({ "apiGroups": [group], "resources": [resource], "verbs": verbs }))
+                .collect::<Vec<_>>(),
         })),
         created(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1",
