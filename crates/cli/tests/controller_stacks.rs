@@ -22,6 +22,10 @@ use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(90);
 
+/// Every kind a replica's composition applies on its cluster, as kubectl
+/// names them.
+const ON_CLUSTER: &str = "deployments.apps,services,configmaps,serviceaccounts,roles.rbac.authorization.k8s.io,rolebindings.rbac.authorization.k8s.io,resourceclaimtemplates.resource.k8s.io,inferencepools.inference.networking.k8s.io,httproutes.gateway.networking.k8s.io,podcliquesets.grove.io,leaderworkersets.leaderworkerset.x-k8s.io";
+
 /// What `modelplane render -f examples/` prints, reviewed.
 const RENDERED: &str = include_str!("golden/render/examples/output.snap");
 
@@ -325,6 +329,38 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
                 "{kind}/{name} on {cluster} is labelled with its owner"
             );
         }
+        // …and nothing of it there that render does not print.
+        let mut expected: Vec<String> = golden
+            .iter()
+            .map(|o| {
+                let kind = resource(
+                    o["apiVersion"].as_str().unwrap_or_default(),
+                    o["kind"].as_str().unwrap_or_default(),
+                );
+                format!(
+                    "{kind}/{}",
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect();
+        expected.sort();
+        let mut applied = names(
+            server,
+            Some(cluster),
+            &[
+                "get",
+                ON_CLUSTER,
+                "-n",
+                "ml-team",
+                "-l",
+                "modelplane.ai/owner-uid",
+            ],
+        );
+        applied.retain(|n| {
+            let name = n.rsplit('/').next().unwrap_or_default();
+            name == replica || name.starts_with(&format!("{replica}-"))
+        });
+        assert_eq!(applied, expected, "{replica}'s objects on {cluster}");
         println!(
             "{cluster}: {} objects of {replica} as rendered",
             golden.len()
@@ -457,10 +493,16 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
         replicas
             .iter()
             .all(|(_, replica)| {
+                // The counter is published at 0 with the routing table:
+                // answered means more than 0.
                 metrics.lines().any(|l| {
                     l.starts_with("modelplane_gateway_requests_total{")
-                        && l.contains(&format!("ml-team/{replica}"))
-                        && l.contains("200")
+                        && l.contains(&format!("endpoint=\"ml-team/{replica}\""))
+                        && l.contains("status=\"200\"")
+                        && l.rsplit(' ')
+                            .next()
+                            .and_then(|n| n.parse::<f64>().ok())
+                            .is_some_and(|n| n > 0.0)
                 })
             })
             .then_some(())
