@@ -5,7 +5,9 @@
 //! is Ready and until every ModelReplica is Ready (its engine serving).
 //!
 //! `cargo build --release -p modelplane -p sim-bench && ./target/release/fleet`
-//! — CLUSTERS (default 100), DEPLOYMENTS (default 100), REPLICAS (default 10).
+//! — CLUSTERS (default 100), DEPLOYMENTS (default 100), REPLICAS (default 10);
+//! MODELPLANE the binary to run (default target/release/modelplane); KEEP=1
+//! keeps the data dir and its log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -20,8 +22,13 @@ fn env(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// The release binary, or the one `MODELPLANE` names (a baseline built
+/// from another commit, run side by side).
 fn binary() -> anyhow::Result<PathBuf> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane");
+    let path = std::env::var_os("MODELPLANE").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane"),
+        PathBuf::from,
+    );
     if !path.exists() {
         bail!(
             "{} is missing: cargo build --release -p modelplane first",
@@ -259,6 +266,10 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or(0.0);
     println!("up's resident memory then: {:.0} MB", rss * 1024.0 / 1e6);
     drop(up);
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("KEEP").is_some() {
+        println!("kept {} (up's log: modelplane.log)", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(())
 }

@@ -220,7 +220,9 @@ pub(super) async fn update_to(
         );
     }
     let response = store_update(server, target, name, old, new, change, expected).await?;
-    if target.resource.plural == "customresourcedefinitions" {
+    // A CRD written unchanged (a chart re-applied) serves what it served:
+    // rebuilding the table reads and parses every CRD of the cluster.
+    if target.resource.plural == "customresourcedefinitions" && change == Change::Changed {
         server.sync_crds();
     }
     Ok(with_warnings(response, &warnings))

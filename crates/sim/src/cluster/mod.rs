@@ -195,6 +195,7 @@ impl Workloads {
             profile: self.profile.clone(),
             pools: Mutex::default(),
             controllers: Mutex::default(),
+            installed: Mutex::default(),
             edge: Mutex::default(),
             hardware: Mutex::default(),
             kubelet_port,
@@ -274,6 +275,9 @@ pub struct Workload {
     /// Cloud resource name → the pool it brings.
     pools: Mutex<BTreeMap<String, (Pool, &'static str)>>,
     controllers: Mutex<BTreeSet<Controller>>,
+    /// The charts installed, with their namespace: Helm installs a release
+    /// once (and does not reconcile what it installed afterwards).
+    installed: Mutex<BTreeSet<(&'static str, String)>>,
     /// The edge data plane, once Envoy Gateway runs.
     edge: Mutex<Option<Arc<modelplane_gateway::proxy::Gateway>>>,
     /// Pool name → its devices and fabric.
@@ -452,12 +456,17 @@ impl Workload {
     }
 
     /// Installs `chart` into `namespace`: the namespace, the chart's CRDs,
-    /// and its controller, started once.
+    /// and its controller, started once. A release planned again (every
+    /// pass that sees it deployed) is installed already.
     pub async fn install(
         self: &Arc<Self>,
         chart: &'static Chart,
         namespace: &str,
     ) -> Result<(), String> {
+        let release = (chart.name, namespace.to_string());
+        if self.installed.lock().is_ok_and(|i| i.contains(&release)) {
+            return Ok(());
+        }
         let ns =
             json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": namespace } });
         client::apply(&self.client, &builtin::namespace(), &ns, HELM_MANAGER)
@@ -475,6 +484,9 @@ impl Workload {
             if let Some(index) = world::index_of(crd.0, crd.2) {
                 self.watch(index);
             }
+        }
+        if let Ok(mut installed) = self.installed.lock() {
+            installed.insert(release);
         }
         if let Some(controller) = chart.controller {
             let fresh = self
