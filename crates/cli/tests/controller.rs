@@ -446,16 +446,7 @@ fn steps(server: &Server, data_plane: &DataPlane) {
     // the control plane or the cluster, a logical cluster of the same
     // store, moves it) stays put. The controller runs without election, so
     // no Lease renewal moves it either.
-    let revision = |cluster: Option<&str>| {
-        let path = match cluster {
-            Some(cluster) => format!("/clusters/{cluster}/api/v1/namespaces/default/configmaps"),
-            None => "/api/v1/namespaces/default/configmaps".to_string(),
-        };
-        let list: Value = serde_json::from_str(&server.kubectl(&["get", "--raw", &path])).ok()?;
-        list["metadata"]["resourceVersion"]
-            .as_str()
-            .and_then(|v| v.parse::<u64>().ok())
-    };
+    let revision = |cluster| revision(server, cluster);
     std::thread::sleep(Duration::from_secs(2));
     let before = (revision(None), revision(Some("edge")));
     assert!(before.0.is_some_and(|r| r > 0), "a revision: {before:?}");
@@ -567,6 +558,87 @@ fn owned_objects(server: &Server) -> Owned {
     }
     objects
 }
+
+/// The server's revision as a raw list in `cluster` reports it: every write
+/// to the control plane or a logical cluster of the same store moves it.
+fn revision(server: &Server, cluster: Option<&str>) -> Option<u64> {
+    let path = match cluster {
+        Some(cluster) => format!("/clusters/{cluster}/api/v1/namespaces/default/configmaps"),
+        None => "/api/v1/namespaces/default/configmaps".to_string(),
+    };
+    let list: Value = serde_json::from_str(&server.kubectl(&["get", "--raw", &path])).ok()?;
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+/// Every object of every kind, on the control plane and the `edge`
+/// cluster, written after `revision` (created or changed: its
+/// resourceVersion is later), but the election's Lease.
+fn written_since(server: &Server, revision: u64) -> Vec<String> {
+    let mut written = Vec::new();
+    for cluster in [None, Some("edge")] {
+        let (ok, kinds, err) = server.kubectl_in(
+            cluster,
+            &["api-resources", "--verbs=list", "-o", "name"],
+            None,
+        );
+        assert!(ok, "api-resources: {err}");
+        let kinds = kinds.lines().collect::<Vec<_>>().join(",");
+        let list = get_json(server, cluster, &["get", &kinds, "-A"]).expect("every object");
+        for item in list["items"].as_array().into_iter().flatten() {
+            let version = item["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            if version > revision && item["kind"] != "Lease" {
+                written.push(format!(
+                    "{} {} {}/{}",
+                    cluster.unwrap_or("control-plane"),
+                    item["kind"].as_str().unwrap_or_default(),
+                    item["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    item["metadata"]["name"].as_str().unwrap_or_default(),
+                ));
+            }
+        }
+    }
+    written
+}
+
+/// The election's Lease.
+fn lease(server: &Server) -> k8s_openapi::api::coordination::v1::LeaseSpec {
+    let lease = get_json(
+        server,
+        None,
+        &[
+            "get",
+            "lease",
+            "modelplane-controller",
+            "-n",
+            "modelplane-system",
+        ],
+    )
+    .expect("the Lease");
+    serde_json::from_value::<k8s_openapi::api::coordination::v1::Lease>(lease)
+        .expect("a Lease")
+        .spec
+        .expect("its spec")
+}
+
+/// Seconds from the last renewal of `before` (the stopped holder's) to the
+/// acquisition of `after` (its successor's), by the Lease's own times.
+fn takeover_seconds(
+    before: &k8s_openapi::api::coordination::v1::LeaseSpec,
+    after: &k8s_openapi::api::coordination::v1::LeaseSpec,
+) -> f64 {
+    let renewed = before.renew_time.as_ref().expect("renewed").0;
+    let acquired = after.acquire_time.as_ref().expect("acquired").0;
+    acquired.duration_since(renewed).as_secs_f64()
+}
+
+/// A lease of 3 s is taken once expired: by a candidate's next try, a
+/// third of the duration later at most (and the test's own latency).
+const TAKEOVER_SECONDS: f64 = 3.0 + 1.0 + 0.5;
 
 /// A free loopback port (bound, then released for a child to bind).
 fn free_port() -> u16 {
@@ -681,8 +753,7 @@ fn election_steps(server: &Server) {
         "a leads"
     );
 
-    // a stalls: b leads within the lease's duration (3 s) and a renewal.
-    let stopped = std::time::Instant::now();
+    // a stalls: b leads once a's lease (3 s) expired, at its next try.
     let pid = a.0.id().to_string();
     assert!(
         Command::new("kill")
@@ -691,17 +762,29 @@ fn election_steps(server: &Server) {
             .expect("kill")
             .success()
     );
+    let stalled = lease(server);
     wait_for("b to lead", Duration::from_secs(10), || {
         (holder(server).as_deref() == Some("b")).then_some(())
     });
-    let took = stopped.elapsed();
-    assert!(took < Duration::from_secs(6), "took over after {took:?}");
+    let took = takeover_seconds(&stalled, &lease(server));
+    assert!(
+        took <= TAKEOVER_SECONDS,
+        "b took over {took:.2} s after a's last renewal"
+    );
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=2"]);
     wait_for("b places the second replica", WAIT, || {
         (replica_count(server) == 2).then_some(())
     });
 
-    // a wakes with its lease long gone: it writes nothing, b keeps leading.
+    // a wakes with its lease long gone, to the watch events of everything
+    // b did meanwhile: it writes nothing, counted by the server — in a
+    // quiet world, every write after the wake but b's Lease renewals would
+    // be a's.
+    let woke_at = wait_for("a quiet world", WAIT, || {
+        let at = revision(server, None)?;
+        std::thread::sleep(Duration::from_secs(2));
+        written_since(server, at).is_empty().then_some(at)
+    });
     let applied_before =
         metric(port_b, "modelplane_controller_objects_applied_total").expect("b's metrics");
     assert!(
@@ -720,6 +803,11 @@ fn election_steps(server: &Server) {
     let a_before = metric(port_a, "modelplane_controller_objects_applied_total")
         .expect("a's metrics after waking");
     std::thread::sleep(Duration::from_secs(2));
+    let written = written_since(server, woke_at);
+    assert!(
+        written.is_empty(),
+        "written after the stale leader woke: {written:?}"
+    );
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=3"]);
     wait_for("the third replica", WAIT, || {
         (replica_count(server) == 3).then_some(())
@@ -737,11 +825,17 @@ fn election_steps(server: &Server) {
     );
     assert_eq!(holder(server).as_deref(), Some("b"));
 
-    // b dies: a takes over again.
+    // b dies: a takes over again once b's lease expired.
     drop(b);
+    let died = lease(server);
     wait_for("a to lead again", Duration::from_secs(10), || {
         (holder(server).as_deref() == Some("a")).then_some(())
     });
+    let took = takeover_seconds(&died, &lease(server));
+    assert!(
+        took <= TAKEOVER_SECONDS,
+        "a took over {took:.2} s after b's last renewal"
+    );
     server.kubectl(&["scale", "md/qwen3-8b", "-n", "ml-team", "--replicas=1"]);
     wait_for("a scales down", WAIT, || {
         (replica_count(server) == 1).then_some(())

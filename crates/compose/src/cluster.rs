@@ -269,7 +269,7 @@ fn usage(
             "metadata": metadata,
             "spec": spec,
         }),
-        ReadinessRule::Created,
+        ReadinessRule::Ungated,
     )
 }
 

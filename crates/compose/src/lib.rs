@@ -53,6 +53,11 @@ pub enum Target {
 pub enum ReadinessRule {
     /// As soon as it exists.
     Created,
+    /// Never gates its owner's readiness, observed or not: a Usage protects
+    /// what it names from deletion and serves nothing (Crossplane's
+    /// readiness check `None`). A cluster's first replica adds one; the
+    /// cluster serves as before while it is applied.
+    Ungated,
     /// When `status.conditions` has this type with status `True`.
     ConditionTrue(String),
     /// When `status.availableReplicas` reaches `spec.replicas` (Grove).

@@ -124,7 +124,7 @@ fn release_usage(name: &str, namespace: &str, component: &str) -> Desired {
                 "replayDeletion": true,
             },
         }),
-        ready_when: ReadinessRule::Created,
+        ready_when: ReadinessRule::Ungated,
     }
 }
 

@@ -193,7 +193,7 @@ impl ReadinessRule {
     /// Whether `object` (as observed) is ready by this rule.
     pub fn is_met(&self, object: &Value) -> bool {
         match self {
-            ReadinessRule::Created => true,
+            ReadinessRule::Created | ReadinessRule::Ungated => true,
             ReadinessRule::ConditionTrue(type_) => condition_true(object, type_),
             ReadinessRule::ReplicasAvailable => {
                 let wanted = object["spec"]["replicas"].as_i64().unwrap_or(1);
@@ -256,14 +256,31 @@ impl World {
                 && !composition.conditions.is_empty()
                 && composition.conditions.iter().all(|c| c.status == "True");
         }
+        self.unready(composition).is_empty()
+    }
+
+    /// The objects of `composition` not observed yet or not ready by their
+    /// rule, as `Kind/name` (Crossplane names them in its `Ready`
+    /// condition: "Unready resources: …").
+    pub fn unready(&self, composition: &Composition) -> Vec<String> {
         composition
             .desired
             .iter()
             .filter(|d| d.object["metadata"]["annotations"][labels::SHARED] != "true")
-            .all(|d| {
-                self.observed(d)
+            .filter(|d| d.ready_when != ReadinessRule::Ungated)
+            .filter(|d| {
+                !self
+                    .observed(d)
                     .is_some_and(|observed| d.ready_when.is_met(observed))
             })
+            .map(|d| {
+                format!(
+                    "{}/{}",
+                    d.kind(),
+                    d.object["metadata"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
     }
 
     /// The composition for `subject`, or `None` when the object is gone.

@@ -1049,3 +1049,55 @@ fn gke_composes_only_the_kinds_of_its_table_and_waits_for_the_project() {
         assert!((6..=30).contains(&id.len()), "{id}");
     }
 }
+
+/// A cluster's first replica adds a ClusterUsage protecting the cluster
+/// from deletion; new, it is not observed yet. The cluster must not stop
+/// being Ready for it: it serves as before (a fleet coming up saw its
+/// clusters flap Ready → not Ready as replicas were placed on them, and
+/// the scheduler skips clusters that are not Ready).
+#[test]
+fn a_cluster_stays_ready_when_its_first_replica_is_placed() {
+    let all = manifests();
+    let (file, objects) = all
+        .iter()
+        .find(|(_, objects)| objects.iter().any(|o| o["kind"] == "InferenceCluster"))
+        .expect("an upstream cluster");
+    let classes = classes_for(file, all);
+    let cluster = of_kind::<InferenceCluster>(objects, "InferenceCluster").remove(0);
+    let cloud = running_cloud(&cluster);
+    let compose = |hosted_replicas, serving_stack: Option<&ServingStack>| {
+        compose_inference_cluster(ClusterInputs {
+            cluster: &cluster,
+            classes: &classes,
+            hosted_replicas,
+            cloud_cluster: Some(&cloud),
+            serving_stack,
+        })
+    };
+    let stack = observed_stack(&compose(0, None));
+    let serving = compose(0, stack.as_ref());
+    let mut world = modelplane_compose::world::World::default();
+    for desired in &serving.desired {
+        let mut observed = desired.object.clone();
+        observed["status"] = json!({ "conditions": [{ "type": "Ready", "status": "True" }] });
+        world
+            .applied
+            .entry(desired.target.clone())
+            .or_default()
+            .insert(
+                modelplane_compose::world::ObjectRef::of(&desired.object),
+                std::sync::Arc::new(observed),
+            );
+    }
+    assert!(world.all_ready(&serving), "{:?}", world.unready(&serving));
+    let placed = compose(1, stack.as_ref());
+    assert!(
+        kinds(&placed.desired).contains(&"ClusterUsage"),
+        "the replicas' ClusterUsage"
+    );
+    assert!(
+        world.all_ready(&placed),
+        "not ready for {:?}",
+        world.unready(&placed)
+    );
+}

@@ -122,7 +122,7 @@ struct Plan {
     observed: BTreeMap<(Target, ObjectRef), Value>,
     /// Those of them marked as draining.
     draining: BTreeSet<(Target, ObjectRef)>,
-    ready: bool,
+    readiness: crate::status::Readiness,
     /// Whether the subject is an object with a status (the providers on
     /// demand are not).
     has_status: bool,
@@ -233,7 +233,10 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         fields_first: matches!(subject, Subject::Cloud(..)),
         has_status,
         seen,
-        ready: index.world.all_ready(&composition),
+        readiness: crate::status::Readiness {
+            ready: index.world.all_ready(&composition),
+            unready: index.world.unready(&composition),
+        },
         composition,
         owner,
         uid,
@@ -507,7 +510,7 @@ async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) 
     let status = match (&error, plan.seen) {
         (_, true) => crate::status::publish(
             &plan.composition,
-            plan.ready,
+            &plan.readiness,
             error.as_deref(),
             &plan.observed_status,
             &now(),

@@ -6,10 +6,32 @@
 use modelplane_compose::Composition;
 use serde_json::{Map, Value, json};
 
+/// Whether what a composition applied is ready: if not, which objects are
+/// not (named in the `Ready` condition's message, as Crossplane does).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    /// Every composed object ready by its rule.
+    pub ready: bool,
+    /// `Kind/name` of those not observed or not ready yet.
+    pub unready: Vec<String>,
+}
+
+impl Readiness {
+    /// The `Ready` condition's message: the first three unready objects.
+    fn message(&self) -> String {
+        let named = self.unready.iter().take(3).cloned().collect::<Vec<_>>();
+        match self.unready.len() {
+            0 => String::new(),
+            n if n <= 3 => format!("Unready resources: {}", named.join(", ")),
+            n => format!("Unready resources: {} and {} more", named.join(", "), n - 3),
+        }
+    }
+}
+
 /// The status to publish for `composition`, given the one observed now.
 pub fn publish(
     composition: &Composition,
-    ready: bool,
+    readiness: &Readiness,
     sync_error: Option<&str>,
     observed: &Value,
     now: &str,
@@ -36,10 +58,15 @@ pub fn publish(
             "type": "Synced", "status": "False", "reason": "ReconcileError", "message": message,
         }),
     });
-    conditions.push(if ready {
+    conditions.push(if readiness.ready {
         json!({ "type": "Ready", "status": "True", "reason": "Available" })
     } else {
-        json!({ "type": "Ready", "status": "False", "reason": "Creating" })
+        let mut creating = json!({ "type": "Ready", "status": "False", "reason": "Creating" });
+        let message = readiness.message();
+        if !message.is_empty() {
+            creating["message"] = json!(message);
+        }
+        creating
     });
     let before = observed["conditions"].as_array();
     for condition in &mut conditions {
@@ -222,6 +249,13 @@ pub fn story(kind: &str, before: &Value, after: &Value) -> Vec<modelplane_compos
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn readiness(ready: bool) -> Readiness {
+        Readiness {
+            ready,
+            unready: Vec::new(),
+        }
+    }
     use modelplane_compose::Condition;
 
     fn composition(ok: bool) -> Composition {
@@ -236,19 +270,33 @@ mod tests {
     fn a_condition_keeps_its_transition_time_until_its_status_changes() {
         let first = publish(
             &composition(false),
-            false,
+            &readiness(false),
             None,
             &Value::Null,
             "t1",
             Some(1),
         );
         assert_eq!(first["replicas"], 1);
-        let again = publish(&composition(false), false, None, &first, "t2", Some(1));
+        let again = publish(
+            &composition(false),
+            &readiness(false),
+            None,
+            &first,
+            "t2",
+            Some(1),
+        );
         assert_eq!(
             first, again,
             "nothing changed: the same status, times included"
         );
-        let ready = publish(&composition(true), true, None, &again, "t3", Some(1));
+        let ready = publish(
+            &composition(true),
+            &readiness(true),
+            None,
+            &again,
+            "t3",
+            Some(1),
+        );
         let time = |s: &Value, t: &str| {
             s["conditions"]
                 .as_array()
@@ -264,7 +312,14 @@ mod tests {
 
     #[test]
     fn an_unseen_world_changes_only_synced() {
-        let ready = publish(&composition(true), true, None, &Value::Null, "t1", None);
+        let ready = publish(
+            &composition(true),
+            &readiness(true),
+            None,
+            &Value::Null,
+            "t1",
+            None,
+        );
         let unseen = with_synced_error(&ready, "cluster edge is not connected yet", "t2");
         let status = |s: &Value, t: &str| {
             s["conditions"]
@@ -280,7 +335,14 @@ mod tests {
 
     #[test]
     fn an_unseen_cloud_cluster_publishes_its_fields_and_keeps_its_conditions() {
-        let before = publish(&composition(false), false, None, &Value::Null, "t1", None);
+        let before = publish(
+            &composition(false),
+            &readiness(false),
+            None,
+            &Value::Null,
+            "t1",
+            None,
+        );
         let mut reached = composition(false);
         reached.status = Some(json!({ "secrets": [{ "type": "Kubeconfig" }] }));
         let after = with_fields(&reached, &before, "t2");
@@ -300,10 +362,40 @@ mod tests {
     }
 
     #[test]
+    fn not_ready_names_what_is_not_ready_as_crossplane_does() {
+        let waiting = |unready: &[&str]| {
+            let status = publish(
+                &composition(true),
+                &Readiness {
+                    ready: false,
+                    unready: unready.iter().map(|u| u.to_string()).collect(),
+                },
+                None,
+                &Value::Null,
+                "t",
+                None,
+            );
+            status["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+                .expect("Ready")
+        };
+        assert_eq!(
+            waiting(&["ServingStack/us-east-stack"])["message"],
+            "Unready resources: ServingStack/us-east-stack"
+        );
+        assert_eq!(
+            waiting(&["A/a", "B/b", "C/c", "D/d", "E/e"])["message"],
+            "Unready resources: A/a, B/b, C/c and 2 more"
+        );
+        assert!(waiting(&[]).get("message").is_none());
+    }
+
+    #[test]
     fn a_failed_write_is_synced_false_with_its_message() {
         let status = publish(
             &composition(true),
-            false,
+            &readiness(false),
             Some("boom"),
             &Value::Null,
             "t",
