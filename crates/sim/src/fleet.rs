@@ -263,6 +263,12 @@ struct Fleet {
     objects: Snapshot,
     /// `(namespace, name)` → keys, for reference resolution.
     names: HashMap<(String, String), Vec<Key>>,
+    /// A cloud cluster's label → its resources, planned together (a
+    /// change to one can unblock the others); kept as objects come and go,
+    /// so a change does not scan every object of the fleet.
+    groups: HashMap<String, BTreeSet<Key>>,
+    /// The group each grouped key is in.
+    group_of: HashMap<Key, String>,
     /// When each resource was first unblocked with its provider running.
     since: HashMap<Key, Duration>,
     wakes: BTreeMap<Duration, BTreeSet<Key>>,
@@ -280,6 +286,8 @@ impl Fleet {
             epoch: Instant::now(),
             objects: Snapshot::default(),
             names: HashMap::new(),
+            groups: HashMap::new(),
+            group_of: HashMap::new(),
             since: HashMap::new(),
             wakes: BTreeMap::new(),
             dirty: BTreeSet::new(),
@@ -315,6 +323,7 @@ impl Fleet {
                     if !names.contains(&key) {
                         names.push(key.clone());
                     }
+                    self.regroup(&key, group_label(&object));
                     self.touch(&key, &object);
                 }
                 Touched::Deleted(key, object) => {
@@ -323,6 +332,7 @@ impl Fleet {
                         keys.retain(|k| k != &key);
                     }
                     self.touch(&key, &object);
+                    self.regroup(&key, None);
                     self.gone.push((key.0, object));
                 }
             }
@@ -346,14 +356,27 @@ impl Fleet {
             return;
         }
         self.dirty.insert(key.clone());
-        if let Some(group) = group_label(object) {
-            let related: Vec<Key> = self
-                .objects
-                .iter()
-                .filter(|(_, o)| group_label(o) == Some(group))
-                .map(|(k, _)| k.clone())
-                .collect();
-            self.dirty.extend(related);
+        if let Some(related) = group_label(object).and_then(|g| self.groups.get(g)) {
+            self.dirty.extend(related.iter().cloned());
+        }
+    }
+
+    /// Files `key` under `group` (none: under no group), out of any other.
+    fn regroup(&mut self, key: &Key, group: Option<&str>) {
+        if let Some(old) = self.group_of.remove(key)
+            && let Some(keys) = self.groups.get_mut(&old)
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.groups.remove(&old);
+            }
+        }
+        if let Some(group) = group {
+            self.groups
+                .entry(group.to_string())
+                .or_default()
+                .insert(key.clone());
+            self.group_of.insert(key.clone(), group.to_string());
         }
     }
 
