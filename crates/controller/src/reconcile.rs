@@ -123,6 +123,9 @@ struct Plan {
     /// Those of them marked as draining.
     draining: BTreeSet<(Target, ObjectRef)>,
     readiness: crate::status::Readiness,
+    /// Whether it creates a ModelReplica not seen yet: a placement, which
+    /// books GPUs.
+    places: bool,
     /// Whether the subject is an object with a status (the providers on
     /// demand are not).
     has_status: bool,
@@ -233,6 +236,10 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         fields_first: matches!(subject, Subject::Cloud(..)),
         has_status,
         seen,
+        places: composition
+            .desired
+            .iter()
+            .any(|d| d.kind() == "ModelReplica" && index.world.observed(d).is_none()),
         readiness: crate::status::Readiness {
             ready: index.world.all_ready(&composition),
             unready: index.world.unready(&composition),
@@ -297,12 +304,22 @@ struct Write<'a> {
 
 /// Reconciles `subject` once.
 pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), ReconcileError> {
-    let _placing = match subject {
-        Subject::Deployment(_) => Some(shared.placing.lock().await),
-        _ => None,
-    };
-    let Some(plan) = plan(shared, subject) else {
+    let Some(first) = plan(shared, subject) else {
         return Ok(());
+    };
+    // Deployments place one at a time, each planned again under the lock:
+    // two planned side by side would book the same free GPUs. A plan that
+    // places nothing new (a status, a scale down, a resync) takes no turn,
+    // so a hundred deployments requeued by a cluster's change do not hold
+    // every worker waiting.
+    let (plan, _placing) = if first.places {
+        let turn = shared.placing.lock().await;
+        let Some(again) = plan(shared, subject) else {
+            return Ok(());
+        };
+        (again, Some(turn))
+    } else {
+        (first, None)
     };
     let mut failures = Failures::default();
     let writes = writes_due(shared, &plan, &mut failures).await;
