@@ -300,12 +300,24 @@ impl World {
         }
     }
 
-    /// The object Modelplane applied on `target` with this kind and key.
+    /// The object Modelplane applied on `target` with this kind and key:
+    /// looked up under each API version the kind is applied at there (the
+    /// kinds compositions apply, `kinds::on`), not found by a scan of every
+    /// object — a fleet's reconciles ask this thousands of times.
     pub fn applied_object(&self, target: &Target, kind: &str, key: &str) -> Option<&Arc<Value>> {
         let (namespace, name) = key.split_once('/').unwrap_or(("", key));
-        self.applied.get(target)?.iter().find_map(|(r, o)| {
-            (r.kind == kind && r.namespace == namespace && r.name == name).then_some(o)
-        })
+        let objects = self.applied.get(target)?;
+        crate::kinds::on(target)
+            .iter()
+            .filter(|(_, k)| *k == kind)
+            .find_map(|(api_version, _)| {
+                objects.get(&ObjectRef {
+                    api_version: (*api_version).to_string(),
+                    kind: kind.to_string(),
+                    namespace: namespace.to_string(),
+                    name: name.to_string(),
+                })
+            })
     }
 
     /// The ServingStack of cluster `name`, as observed.
