@@ -1,10 +1,12 @@
 //! The example fleet under `modelplane controller` with no simulator: its
 //! two clusters are Existing ones (logical clusters of one `modelplane
 //! apiserver`, reached only through their kubeconfig Secrets), us-east on
-//! the Standard stack and us-west on Dynamo, and the example's qwen3-8b
-//! manifest places one replica on each. On each cluster the controller
-//! applies exactly what `modelplane render -f examples/` prints for it (the
-//! render golden); once the test sets the workloads' status as their
+//! the Standard stack and us-west on Dynamo (each declaring a cache storage
+//! class, as an Existing cluster does), and the example's qwen3-8b manifest
+//! places one replica on each, the qwen3-coder with its ModelCache one on
+//! us-west. On each cluster the controller applies exactly what
+//! `modelplane render -f examples/` prints for each replica (the render
+//! golden); once the test sets the workloads' status as their
 //! readiness rules read it, both replicas turn Ready, their endpoints get
 //! their addresses, the ModelService routes to both, and the fleet gateway,
 //! fed by watches, sends a chat completion through each cluster's edge
@@ -50,7 +52,7 @@ fn existing_clusters() -> String {
         clusters = clusters.replace(
             &eks,
             &format!(
-                "    source: Existing\n    existing:\n      secretRef:\n        name: {name}-kubeconfig\n"
+                "    source: Existing\n    existing:\n      secretRef:\n        name: {name}-kubeconfig\n      cache:\n        storageClassName: efs-sc\n"
             ),
         );
     }
@@ -175,6 +177,7 @@ fn the_example_fleet_on_existing_clusters_serves_what_render_prints_on_each_stac
     server.apply(None, &example("inference-classes.yaml"));
     server.apply(None, &existing_clusters());
     server.apply(None, &example("qwen3-8b.yaml"));
+    server.apply(None, &example("qwen3-coder.yaml"));
     server.apply(
         None,
         "apiVersion: modelplane.ai/v1alpha1\nkind: InferenceGateway\nmetadata:\n  name: default\nspec: {}\n",
@@ -293,79 +296,28 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
 
     // On each cluster, what render prints for that replica, field by field.
     for (cluster, replica) in &replicas {
-        let golden = rendered(cluster, &format!("{replica}-"))
-            .into_iter()
-            .chain(
-                rendered(cluster, replica)
-                    .into_iter()
-                    .filter(|o| o["metadata"]["name"] == replica.as_str()),
-            )
-            .collect::<Vec<_>>();
-        assert!(
-            golden.len() >= 8,
-            "the golden has {replica}'s objects on {cluster}: {}",
-            golden.len()
-        );
-        for object in &golden {
-            let (kind, name) = (
-                resource(
-                    object["apiVersion"].as_str().unwrap_or_default(),
-                    object["kind"].as_str().unwrap_or_default(),
-                ),
-                object["metadata"]["name"].as_str().unwrap_or_default(),
-            );
-            let applied = wait_for(&format!("{kind}/{name} on {cluster}"), WAIT, || {
-                get_json(
-                    server,
-                    Some(cluster),
-                    &["get", &kind, name, "-n", "ml-team"],
-                )
-            });
-            if let Some(difference) = differs(object, &applied, &format!("{kind}/{name}")) {
-                panic!("on {cluster}, not what render prints: {difference}");
-            }
-            assert!(
-                applied["metadata"]["labels"]["modelplane.ai/owner-uid"].is_string(),
-                "{kind}/{name} on {cluster} is labelled with its owner"
-            );
-        }
-        // …and nothing of it there that render does not print.
-        let mut expected: Vec<String> = golden
-            .iter()
-            .map(|o| {
-                let kind = resource(
-                    o["apiVersion"].as_str().unwrap_or_default(),
-                    o["kind"].as_str().unwrap_or_default(),
-                );
-                format!(
-                    "{kind}/{}",
-                    o["metadata"]["name"].as_str().unwrap_or_default()
-                )
-            })
-            .collect();
-        expected.sort();
-        let mut applied = names(
+        applies_what_render_prints(server, cluster, replica);
+    }
+    // The coder (its ModelCache staged on us-west: the Job completed and
+    // the volume bound by the stand-in) on the Dynamo cluster, likewise.
+    let coder = wait_for("the coder's replica", WAIT, || {
+        let list = get_json(
             server,
-            Some(cluster),
+            None,
             &[
                 "get",
-                ON_CLUSTER,
+                "mr",
                 "-n",
                 "ml-team",
                 "-l",
-                "modelplane.ai/owner-uid",
+                "modelplane.ai/deployment=qwen3-coder",
             ],
-        );
-        applied.retain(|n| {
-            let name = n.rsplit('/').next().unwrap_or_default();
-            name == replica || name.starts_with(&format!("{replica}-"))
-        });
-        assert_eq!(applied, expected, "{replica}'s objects on {cluster}");
-        println!(
-            "{cluster}: {} objects of {replica} as rendered",
-            golden.len()
-        );
-    }
+        )?;
+        let items = list["items"].as_array()?;
+        (items.len() == 1 && items[0]["spec"]["clusterName"] == "us-west")
+            .then(|| items[0]["metadata"]["name"].as_str().map(str::to_string))?
+    });
+    applies_what_render_prints(server, "us-west", &coder);
     // Each stack its own engine workload: a Deployment on Standard, a Grove
     // PodCliqueSet on Dynamo, and nothing of either on the other.
     let podcliquesets = |cluster| {
@@ -376,7 +328,11 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
         )
     };
     assert!(podcliquesets("us-east").is_empty());
-    assert_eq!(podcliquesets("us-west").len(), 1);
+    assert_eq!(
+        podcliquesets("us-west").len(),
+        2,
+        "qwen3-8b's and the coder's"
+    );
 
     // The workloads become ready as their readiness rules read them: the
     // Deployments Available, the PodCliqueSet's replicas available.
@@ -466,14 +422,14 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
             &[
                 "get",
                 "httproutes.gateway.networking.k8s.io",
+                "qwen3-8b",
                 "-n",
                 "ml-team",
             ],
         )?;
-        let backends: usize = route["items"]
+        let backends: usize = route["spec"]["rules"]
             .as_array()?
             .iter()
-            .flat_map(|r| r["spec"]["rules"].as_array().into_iter().flatten())
             .map(|rule| rule["backendRefs"].as_array().map_or(0, Vec::len))
             .sum();
         (condition_true(&service, "RoutingReady")
@@ -518,4 +474,81 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+/// On `cluster`, `replica`'s objects are what render prints for it (the
+/// golden), field by field, and no more.
+fn applies_what_render_prints(server: &Server, cluster: &str, replica: &str) {
+    let golden = rendered(cluster, &format!("{replica}-"))
+        .into_iter()
+        .chain(
+            rendered(cluster, replica)
+                .into_iter()
+                .filter(|o| o["metadata"]["name"] == replica),
+        )
+        .collect::<Vec<_>>();
+    assert!(
+        golden.len() >= 8,
+        "the golden has {replica}'s objects on {cluster}: {}",
+        golden.len()
+    );
+    for object in &golden {
+        let (kind, name) = (
+            resource(
+                object["apiVersion"].as_str().unwrap_or_default(),
+                object["kind"].as_str().unwrap_or_default(),
+            ),
+            object["metadata"]["name"].as_str().unwrap_or_default(),
+        );
+        let applied = wait_for(&format!("{kind}/{name} on {cluster}"), WAIT, || {
+            get_json(
+                server,
+                Some(cluster),
+                &["get", &kind, name, "-n", "ml-team"],
+            )
+        });
+        if let Some(difference) = differs(object, &applied, &format!("{kind}/{name}")) {
+            panic!("on {cluster}, not what render prints: {difference}");
+        }
+        assert!(
+            applied["metadata"]["labels"]["modelplane.ai/owner-uid"].is_string(),
+            "{kind}/{name} on {cluster} is labelled with its owner"
+        );
+    }
+    // …and nothing of it there that render does not print.
+    let mut expected: Vec<String> = golden
+        .iter()
+        .map(|o| {
+            let kind = resource(
+                o["apiVersion"].as_str().unwrap_or_default(),
+                o["kind"].as_str().unwrap_or_default(),
+            );
+            format!(
+                "{kind}/{}",
+                o["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    expected.sort();
+    let mut applied = names(
+        server,
+        Some(cluster),
+        &[
+            "get",
+            ON_CLUSTER,
+            "-n",
+            "ml-team",
+            "-l",
+            "modelplane.ai/owner-uid",
+        ],
+    );
+    applied.retain(|n| {
+        let name = n.rsplit('/').next().unwrap_or_default();
+        name == replica || name.starts_with(&format!("{replica}-"))
+    });
+    assert_eq!(applied, expected, "{replica}'s objects on {cluster}");
+    println!(
+        "{cluster}: {} objects of {replica} as rendered",
+        golden.len()
+    );
 }
