@@ -123,8 +123,8 @@ struct Plan {
     /// Those of them marked as draining.
     draining: BTreeSet<(Target, ObjectRef)>,
     readiness: crate::status::Readiness,
-    /// Whether it creates a ModelReplica not seen yet: a placement, which
-    /// books GPUs.
+    /// Whether it writes a ModelReplica (a new one, or one placed or sized
+    /// anew under the same name): a placement, which books GPUs.
     places: bool,
     /// Whether the subject is an object with a status (the providers on
     /// demand are not).
@@ -236,10 +236,10 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         fields_first: matches!(subject, Subject::Cloud(..)),
         has_status,
         seen,
-        places: composition
-            .desired
-            .iter()
-            .any(|d| d.kind() == "ModelReplica" && index.world.observed(d).is_none()),
+        places: composition.desired.iter().any(|d| {
+            d.kind() == "ModelReplica"
+                && !unchanged.contains(&(d.target.clone(), ObjectRef::of(&d.object)))
+        }),
         readiness: crate::status::Readiness {
             ready: index.world.all_ready(&composition),
             unready: index.world.unready(&composition),
@@ -309,9 +309,9 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     };
     // Deployments place one at a time, each planned again under the lock:
     // two planned side by side would book the same free GPUs. A plan that
-    // places nothing new (a status, a scale down, a resync) takes no turn,
-    // so a hundred deployments requeued by a cluster's change do not hold
-    // every worker waiting.
+    // writes no ModelReplica (a status, a resync, a scale down) takes no
+    // turn, so a hundred deployments requeued by a cluster's change do not
+    // hold every worker waiting.
     let (plan, _placing) = if first.places {
         let turn = shared.placing.lock().await;
         let Some(again) = plan(shared, subject) else {
