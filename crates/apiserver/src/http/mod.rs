@@ -69,6 +69,9 @@ pub struct ApiServer {
     /// The same for the other custom kinds, from their CRDs' schemas, by
     /// `apiVersion` and plural; each kept with the schema it was compiled from.
     schemas: std::sync::RwLock<CompiledSchemas>,
+    /// Held while the resource table is rebuilt: two CRD writes rebuilding
+    /// side by side could leave the table of the one that read first.
+    syncing: std::sync::Mutex<()>,
     /// Serves `LogicalCluster` (the root cluster of a store).
     root: bool,
     /// Watches open now, and how many may be ([`MAX_WATCHES`] by default).
@@ -149,6 +152,7 @@ impl ApiServer {
             resources: std::sync::RwLock::new(Vec::new()),
             shared,
             schemas: std::sync::RwLock::default(),
+            syncing: std::sync::Mutex::default(),
             root,
             watches: std::sync::atomic::AtomicUsize::new(0),
             watch_limit: std::sync::atomic::AtomicUsize::new(MAX_WATCHES),
@@ -192,6 +196,7 @@ impl ApiServer {
 
     /// Rebuilds the resource table from the built-ins and the stored CRDs.
     fn sync_crds(&self) {
+        let _syncing = self.syncing.lock();
         let mut table = builtins();
         if self.root {
             table.push(crate::clusters::resource());
