@@ -10,18 +10,12 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::existing::{self, names};
+use common::existing::{self, get_json, names};
+use common::up::free_port;
 use common::{Process, Server, wait_for};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn get_json(server: &Server, cluster: Option<&str>, args: &[&str]) -> Option<Value> {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let (ok, out, _) = server.kubectl_in(cluster, &all, None);
-    ok.then(|| serde_json::from_str(&out).ok()).flatten()
-}
 
 fn condition(object: &Value, type_: &str) -> Option<String> {
     object["status"]["conditions"]
@@ -252,7 +246,7 @@ fn steps(server: &Server, data_plane: &DataPlane) {
         "{class}"
     );
 
-    // Two ModelReplicas on the control plane, owned by the deployment.
+    // Three ModelReplicas on the control plane, owned by the deployment.
     let replicas = wait_for("three ModelReplicas", WAIT, || {
         let found = names(server, None, &["get", "modelreplicas", "-n", "ml-team"]);
         (found.len() == 3).then_some(found)
@@ -639,14 +633,6 @@ fn takeover_seconds(
 /// A lease of 3 s is taken once expired: by a candidate's next try, a
 /// third of the duration later at most (and the test's own latency).
 const TAKEOVER_SECONDS: f64 = 3.0 + 1.0 + 0.5;
-
-/// A free loopback port (bound, then released for a child to bind).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A controller named `identity` with a 3 s lease, probes on `port`.
 fn candidate(server: &Server, identity: &str, port: u16) -> Process {

@@ -18,7 +18,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::existing::{self, names};
+use common::existing::{self, get_json, names};
+use common::up::free_port;
 use common::{Process, Server, wait_for};
 use serde_json::Value;
 
@@ -103,13 +104,6 @@ fn differs(golden: &Value, observed: &Value, at: &str) -> Option<String> {
     }
 }
 
-fn get_json(server: &Server, cluster: Option<&str>, args: &[&str]) -> Option<Value> {
-    let mut all = args.to_vec();
-    all.extend(["-o", "json"]);
-    let (ok, out, _) = server.kubectl_in(cluster, &all, None);
-    ok.then(|| serde_json::from_str(&out).ok()).flatten()
-}
-
 fn condition_true(object: &Value, type_: &str) -> bool {
     object["status"]["conditions"]
         .as_array()
@@ -124,13 +118,6 @@ fn resource(api_version: &str, kind: &str) -> String {
         Some((group, _)) => format!("{}.{group}", kind.to_lowercase()),
         None => kind.to_lowercase(),
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 fn modelplane(args: &[&str]) -> Process {

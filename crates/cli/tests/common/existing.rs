@@ -192,6 +192,19 @@ pub fn existing_cluster(server: &Server, name: &str, through: Option<&str>) {
     server.apply(None, &secret.to_string());
 }
 
+/// What `kubectl get … -o json` gives in `cluster` (the root when none),
+/// parsed; none when kubectl fails.
+pub fn get_json(
+    server: &Server,
+    cluster: Option<&str>,
+    args: &[&str],
+) -> Option<serde_json::Value> {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    let (ok, out, _) = server.kubectl_in(cluster, &all, None);
+    ok.then(|| serde_json::from_str(&out).ok()).flatten()
+}
+
 /// The names (`kind/name`) `kubectl get … -o name` lists in `cluster`,
 /// sorted; none when kubectl fails.
 pub fn names(server: &Server, cluster: Option<&str>, args: &[&str]) -> Vec<String> {
