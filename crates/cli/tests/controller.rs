@@ -569,6 +569,16 @@ fn revision(server: &Server, cluster: Option<&str>) -> Option<u64> {
 /// Every object of every kind, on the control plane and the `edge`
 /// cluster, written after `revision` (created or changed: its
 /// resourceVersion is later), but the election's Lease.
+/// Waits until nothing but Lease renewals is written for 2 s; the revision
+/// it was quiet since.
+fn wait_for_quiet(server: &Server) -> u64 {
+    wait_for("a quiet world", WAIT, || {
+        let at = revision(server, None)?;
+        std::thread::sleep(Duration::from_secs(2));
+        written_since(server, at).is_empty().then_some(at)
+    })
+}
+
 fn written_since(server: &Server, revision: u64) -> Vec<String> {
     let mut written = Vec::new();
     for cluster in [None, Some("edge")] {
@@ -739,7 +749,11 @@ fn election_steps(server: &Server) {
         "a leads"
     );
 
-    // a stalls: b leads once a's lease (3 s) expired, at its next try.
+    // a stalls: b leads once a's lease (3 s) expired, at its next try. It
+    // is stopped idle: a write it had already decided and not yet sent
+    // would go out when it wakes, as any client's would (the Lease fences
+    // decisions, not requests in flight: docs/controller.md).
+    wait_for_quiet(server);
     let pid = a.0.id().to_string();
     assert!(
         Command::new("kill")
@@ -766,11 +780,7 @@ fn election_steps(server: &Server) {
     // b did meanwhile: it writes nothing, counted by the server — in a
     // quiet world, every write after the wake but b's Lease renewals would
     // be a's.
-    let woke_at = wait_for("a quiet world", WAIT, || {
-        let at = revision(server, None)?;
-        std::thread::sleep(Duration::from_secs(2));
-        written_since(server, at).is_empty().then_some(at)
-    });
+    let woke_at = wait_for_quiet(server);
     let applied_before =
         metric(port_b, "modelplane_controller_objects_applied_total").expect("b's metrics");
     assert!(
