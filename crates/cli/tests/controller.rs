@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::existing::{self, get_json, names};
+use common::existing::{self, AVAILABLE, get_json, names, set_status};
 use common::up::free_port;
 use common::{Process, Server, wait_for};
 use serde_json::Value;
@@ -306,22 +306,7 @@ fn steps(server: &Server, data_plane: &DataPlane) {
 
     // The workloads become Available, as the readiness rule says: the
     // replicas turn Ready, and the deployment gets an endpoint per replica.
-    for workload in &workloads {
-        server.kubectl_in(
-            Some("edge"),
-            &[
-                "patch",
-                workload,
-                "-n",
-                "ml-team",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#,
-            ],
-            None,
-        );
-    }
+    set_status(server, Some("edge"), Some("ml-team"), &workloads, AVAILABLE);
     wait_for("every replica Ready", WAIT, || {
         replicas
             .iter()
@@ -609,8 +594,8 @@ fn written_since(server: &Server, revision: u64) -> Vec<String> {
     written
 }
 
-/// The election's Lease.
-fn lease(server: &Server) -> k8s_openapi::api::coordination::v1::LeaseSpec {
+/// The election's Lease, once there is one.
+fn lease_if_any(server: &Server) -> Option<k8s_openapi::api::coordination::v1::LeaseSpec> {
     let lease = get_json(
         server,
         None,
@@ -621,12 +606,15 @@ fn lease(server: &Server) -> k8s_openapi::api::coordination::v1::LeaseSpec {
             "-n",
             "modelplane-system",
         ],
-    )
-    .expect("the Lease");
+    )?;
     serde_json::from_value::<k8s_openapi::api::coordination::v1::Lease>(lease)
         .expect("a Lease")
         .spec
-        .expect("its spec")
+}
+
+/// The election's Lease.
+fn lease(server: &Server) -> k8s_openapi::api::coordination::v1::LeaseSpec {
+    lease_if_any(server).expect("the Lease")
 }
 
 /// Seconds from the last renewal of `before` (the stopped holder's) to the
@@ -687,18 +675,7 @@ fn metric(port: u16, name: &str) -> Option<f64> {
 }
 
 fn holder(server: &Server) -> Option<String> {
-    get_json(
-        server,
-        None,
-        &[
-            "get",
-            "lease",
-            "modelplane-controller",
-            "-n",
-            "modelplane-system",
-        ],
-    )
-    .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+    lease_if_any(server)?.holder_identity
 }
 
 fn replica_count(server: &Server) -> usize {
@@ -980,22 +957,7 @@ fn fault_steps(server: &Server, proxy: &Proxy) {
         );
         (found.len() == 4).then_some(found)
     });
-    for workload in &workloads {
-        server.kubectl_in(
-            Some("edge"),
-            &[
-                "patch",
-                workload,
-                "-n",
-                "ml-team",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#,
-            ],
-            None,
-        );
-    }
+    set_status(server, Some("edge"), Some("ml-team"), &workloads, AVAILABLE);
     let replicas = names(server, None, &["get", "modelreplicas", "-n", "ml-team"]);
     wait_for("both replicas Ready", WAIT, || {
         replicas
@@ -1344,22 +1306,7 @@ fn read_fault_steps(server: &Server, faults: &Faults, controller: InProcess) {
         );
         (found.len() == 4).then_some(found)
     });
-    for workload in &workloads {
-        server.kubectl_in(
-            Some("edge"),
-            &[
-                "patch",
-                workload,
-                "-n",
-                "ml-team",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#,
-            ],
-            None,
-        );
-    }
+    set_status(server, Some("edge"), Some("ml-team"), &workloads, AVAILABLE);
     let before = serving_and_synced(server);
     assert_eq!(before.0.len(), 4, "{before:?}");
 

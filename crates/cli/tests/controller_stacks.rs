@@ -18,7 +18,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::existing::{self, get_json, names};
+use common::existing::{self, AVAILABLE, get_json, names, set_status};
 use common::up::free_port;
 use common::{Process, Server, wait_for};
 use serde_json::Value;
@@ -241,6 +241,28 @@ fn the_example_fleet_on_existing_clusters_serves_what_render_prints_on_each_stac
     });
 }
 
+/// The ModelReplicas of `deployment` in ml-team: `(cluster, name)`, sorted.
+fn replicas_of(server: &Server, deployment: &str) -> Option<Vec<(String, String)>> {
+    let selector = format!("modelplane.ai/deployment={deployment}");
+    let list = get_json(
+        server,
+        None,
+        &["get", "mr", "-n", "ml-team", "-l", &selector],
+    )?;
+    let mut placed: Vec<(String, String)> = list["items"]
+        .as_array()?
+        .iter()
+        .filter_map(|r| {
+            Some((
+                r["spec"]["clusterName"].as_str()?.to_string(),
+                r["metadata"]["name"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    placed.sort();
+    Some(placed)
+}
+
 fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
     for (cluster, stack) in [("us-east", "Standard"), ("us-west", "Dynamo")] {
         wait_for(&format!("{cluster} Ready on {stack}"), WAIT, || {
@@ -250,30 +272,8 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
     }
 
     // One replica of the same manifest on each cluster.
-    let replicas: Vec<(String, String)> = wait_for("a qwen3-8b replica per cluster", WAIT, || {
-        let list = get_json(
-            server,
-            None,
-            &[
-                "get",
-                "mr",
-                "-n",
-                "ml-team",
-                "-l",
-                "modelplane.ai/deployment=qwen3-8b",
-            ],
-        )?;
-        let mut placed: Vec<(String, String)> = list["items"]
-            .as_array()?
-            .iter()
-            .filter_map(|r| {
-                Some((
-                    r["spec"]["clusterName"].as_str()?.to_string(),
-                    r["metadata"]["name"].as_str()?.to_string(),
-                ))
-            })
-            .collect();
-        placed.sort();
+    let replicas = wait_for("a qwen3-8b replica per cluster", WAIT, || {
+        let placed = replicas_of(server, "qwen3-8b")?;
         (placed.len() == 2).then_some(placed)
     });
     assert_eq!(
@@ -288,21 +288,10 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
     // The coder (its ModelCache staged on us-west: the Job completed and
     // the volume bound by the stand-in) on the Dynamo cluster, likewise.
     let coder = wait_for("the coder's replica", WAIT, || {
-        let list = get_json(
-            server,
-            None,
-            &[
-                "get",
-                "mr",
-                "-n",
-                "ml-team",
-                "-l",
-                "modelplane.ai/deployment=qwen3-coder",
-            ],
-        )?;
-        let items = list["items"].as_array()?;
-        (items.len() == 1 && items[0]["spec"]["clusterName"] == "us-west")
-            .then(|| items[0]["metadata"]["name"].as_str().map(str::to_string))?
+        match replicas_of(server, "qwen3-coder")?.as_slice() {
+            [(cluster, name)] if cluster == "us-west" => Some(name.clone()),
+            _ => None,
+        }
     });
     applies_what_render_prints(server, "us-west", &coder);
     // Each stack its own engine workload: a Deployment on Standard, a Grove
@@ -324,43 +313,26 @@ fn steps(server: &Server, edges: &[Edge], engine_port: u16, fleet_port: u16) {
     // The workloads become ready as their readiness rules read them: the
     // Deployments Available, the PodCliqueSet's replicas available.
     for (cluster, _) in &replicas {
-        for deployment in names(
+        let deployments = names(
             server,
             Some(cluster),
             &["get", "deployments", "-n", "ml-team"],
-        ) {
-            server.kubectl_in(
-                Some(cluster),
-                &[
-                    "patch",
-                    &deployment,
-                    "-n",
-                    "ml-team",
-                    "--subresource=status",
-                    "--type=merge",
-                    "-p",
-                    r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#,
-                ],
-                None,
-            );
-        }
-    }
-    for podcliqueset in podcliquesets("us-west") {
-        server.kubectl_in(
-            Some("us-west"),
-            &[
-                "patch",
-                &podcliqueset,
-                "-n",
-                "ml-team",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"replicas":1,"availableReplicas":1}}"#,
-            ],
-            None,
+        );
+        set_status(
+            server,
+            Some(cluster),
+            Some("ml-team"),
+            &deployments,
+            AVAILABLE,
         );
     }
+    set_status(
+        server,
+        Some("us-west"),
+        Some("ml-team"),
+        &podcliquesets("us-west"),
+        r#"{"status":{"replicas":1,"availableReplicas":1}}"#,
+    );
     wait_for("both replicas Ready", WAIT, || {
         replicas
             .iter()

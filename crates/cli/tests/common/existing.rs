@@ -219,6 +219,36 @@ pub fn names(server: &Server, cluster: Option<&str>, args: &[&str]) -> Vec<Strin
     names
 }
 
+/// A Deployment's status as its controller reports it once Available.
+pub const AVAILABLE: &str = r#"{"status":{"conditions":[{"type":"Available","status":"True"}]}}"#;
+
+/// Merges `patch` (`{"status": …}`) into the status of each of `objects`
+/// (`kind/name`, as [`names`] lists them) in `cluster` (the root when none)
+/// and `namespace` (none for cluster-scoped kinds), as their controllers
+/// would write it.
+pub fn set_status(
+    server: &Server,
+    cluster: Option<&str>,
+    namespace: Option<&str>,
+    objects: &[String],
+    patch: &str,
+) {
+    for object in objects {
+        let mut args = vec![
+            "patch",
+            object,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+        ];
+        if let Some(namespace) = namespace {
+            args.extend(["-n", namespace]);
+        }
+        server.kubectl_in(cluster, &args, None);
+    }
+}
+
 /// Stands in, until `stop`, for Crossplane's Helm provider and each
 /// workload cluster's Envoy Gateway: Helm releases become Ready (their
 /// namespace created on the cluster they are labelled with), GatewayClasses
@@ -285,95 +315,56 @@ fn install_releases(server: &Server, clusters: &[&str]) {
                 )),
             );
         }
-        server.kubectl_in(
+        set_status(
+            server,
             None,
-            &[
-                "patch",
-                &format!("releases.helm.m.crossplane.io/{name}"),
-                "-n",
-                "modelplane-system",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                ready,
-            ],
-            None,
+            Some("modelplane-system"),
+            &[format!("releases.helm.m.crossplane.io/{name}")],
+            ready,
         );
     }
 }
 
 fn admit_gateways(server: &Server, cluster: &str, address: &str) {
-    for class in names(server, Some(cluster), &["get", "gatewayclasses"]) {
-        server.kubectl_in(
-            Some(cluster),
-            &[
-                "patch",
-                &class,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"conditions":[{"type":"Accepted","status":"True"}]}}"#,
-            ],
-            None,
-        );
-    }
+    set_status(
+        server,
+        Some(cluster),
+        None,
+        &names(server, Some(cluster), &["get", "gatewayclasses"]),
+        r#"{"status":{"conditions":[{"type":"Accepted","status":"True"}]}}"#,
+    );
     let status = serde_json::json!({ "status": { "addresses": [{ "type": "IPAddress", "value": address }] } })
         .to_string();
-    for gateway in names(
+    let gateways = names(
         server,
         Some(cluster),
         &["get", "gateways", "-n", "modelplane-system"],
-    ) {
-        server.kubectl_in(
-            Some(cluster),
-            &[
-                "patch",
-                &gateway,
-                "-n",
-                "modelplane-system",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &status,
-            ],
-            None,
-        );
-    }
+    );
+    set_status(
+        server,
+        Some(cluster),
+        Some("modelplane-system"),
+        &gateways,
+        &status,
+    );
 }
 
 /// The cluster's storage binds every model cache volume and its hydration
 /// Jobs complete (the weights are staged).
 fn stage_caches(server: &Server, cluster: &str) {
-    for claim in names(server, Some(cluster), &["get", "pvc", "-n", "ml-team"]) {
-        server.kubectl_in(
-            Some(cluster),
-            &[
-                "patch",
-                &claim,
-                "-n",
-                "ml-team",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"phase":"Bound"}}"#,
-            ],
-            None,
-        );
-    }
-    for job in names(server, Some(cluster), &["get", "jobs", "-n", "ml-team"]) {
-        server.kubectl_in(
-            Some(cluster),
-            &[
-                "patch",
-                &job,
-                "-n",
-                "ml-team",
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                r#"{"status":{"succeeded":1,"conditions":[{"type":"Complete","status":"True"}]}}"#,
-            ],
-            None,
-        );
-    }
+    let in_team = |kind| names(server, Some(cluster), &["get", kind, "-n", "ml-team"]);
+    set_status(
+        server,
+        Some(cluster),
+        Some("ml-team"),
+        &in_team("pvc"),
+        r#"{"status":{"phase":"Bound"}}"#,
+    );
+    set_status(
+        server,
+        Some(cluster),
+        Some("ml-team"),
+        &in_team("jobs"),
+        r#"{"status":{"succeeded":1,"conditions":[{"type":"Complete","status":"True"}]}}"#,
+    );
 }
