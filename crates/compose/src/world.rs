@@ -236,6 +236,17 @@ fn typed_condition_true(conditions: Option<&Vec<modelplane_api::types::Condition
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
+/// Whether `composition` is ready when `unready` (as [`World::unready`]
+/// lists them) are not.
+fn ready_with(composition: &Composition, unready: &[String]) -> bool {
+    if composition.desired.is_empty() {
+        return !composition.hold
+            && !composition.conditions.is_empty()
+            && composition.conditions.iter().all(|c| c.status == "True");
+    }
+    unready.is_empty()
+}
+
 impl World {
     /// The observed object that `desired` would be, if it exists.
     pub fn observed(&self, desired: &Desired) -> Option<&Arc<Value>> {
@@ -251,12 +262,14 @@ impl World {
     /// so a deployment scaled to nothing is not. Shared objects (a team's
     /// namespace) are not the subject's own and do not count.
     pub fn all_ready(&self, composition: &Composition) -> bool {
-        if composition.desired.is_empty() {
-            return !composition.hold
-                && !composition.conditions.is_empty()
-                && composition.conditions.iter().all(|c| c.status == "True");
-        }
-        self.unready(composition).is_empty()
+        ready_with(composition, &self.unready(composition))
+    }
+
+    /// [`World::all_ready`] and [`World::unready`] in one pass: whether
+    /// `composition` is ready, and what is not.
+    pub fn readiness(&self, composition: &Composition) -> (bool, Vec<String>) {
+        let unready = self.unready(composition);
+        (ready_with(composition, &unready), unready)
     }
 
     /// The objects of `composition` not observed yet or not ready by their
