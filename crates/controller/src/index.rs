@@ -64,6 +64,11 @@ impl Kind {
         ("modelplane.ai/v1alpha1", kind)
     }
 
+    /// The kind named `kind` (`ModelCache`), if it is one of these.
+    pub fn named(kind: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.type_meta().1 == kind)
+    }
+
     /// The subject an object of this kind is, if it is one.
     fn subject(self, key: Key) -> Option<Subject> {
         Some(match self {
@@ -467,21 +472,19 @@ impl Index {
         subjects
     }
 
-    /// Takes in a ModelReplica as its apply answered, unless its watch
-    /// already delivered a later version.
-    pub fn assume_replica(&mut self, object: &Value) {
-        let key = object_key(object);
-        let known = self.world.replicas.get(&key).and_then(|r| {
-            r.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        });
-        let incoming = object["metadata"]["resourceVersion"]
-            .as_str()
-            .and_then(|v| v.parse::<u64>().ok());
-        if !matches!((known, incoming), (Some(k), Some(i)) if k > i) {
-            self.apply(Kind::Replica, object);
+    /// Takes in an object of `kind` as this process's write of it was
+    /// answered, unless its watch already delivered a later version: the
+    /// next reconcile reads what was written, not what the watch event has
+    /// yet to bring (a composition reading its own last status, say).
+    pub fn assume(&mut self, kind: Kind, object: &Value) {
+        if object["metadata"]["resourceVersion"].as_str().is_none() {
+            return;
+        }
+        let known = kind
+            .subject(object_key(object))
+            .and_then(|subject| self.subject_object(&subject));
+        if !known.is_some_and(|known| is_newer(&known, object)) {
+            self.apply(kind, object);
         }
     }
 
@@ -746,6 +749,35 @@ mod tests {
             index.world.applied[&cluster][&reference]["status"],
             Value::Null
         );
+    }
+
+    #[test]
+    fn a_status_written_is_read_back_before_its_watch_event_but_never_over_a_newer_one() {
+        let mut index = Index::default();
+        let replica = |version: &str, ready: &str| {
+            json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+                "metadata": { "name": "r", "namespace": "t", "uid": "r-1", "resourceVersion": version },
+                "spec": { "clusterName": "edge", "engines": [] },
+                "status": { "conditions": [{ "type": "Ready", "status": ready, "reason": "R",
+                    "message": "", "lastTransitionTime": "2026-12-02T00:00:00Z" }] } })
+        };
+        let ready = |index: &Index| {
+            let subject = Kind::Replica
+                .subject(object_key(&replica("0", "")))
+                .expect("a subject");
+            index.subject_object(&subject).expect("the replica")["status"]["conditions"][0]
+                ["status"]
+                .clone()
+        };
+        index.reset(Kind::Replica, &[replica("5", "False")]);
+        // A composition that reads its own last status (a cache's staged
+        // cluster latched) must see the status just written: before, the
+        // next pass read the old one and composed the hydration Job again.
+        index.assume(Kind::Replica, &replica("6", "True"));
+        assert_eq!(ready(&index), "True");
+        index.apply(Kind::Replica, &replica("8", "False"));
+        index.assume(Kind::Replica, &replica("7", "True"));
+        assert_eq!(ready(&index), "False", "the watch's later version stands");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use modelplane_compose::world::{ObjectRef, Subject};
 use modelplane_compose::{Composition, Target};
 use serde_json::{Value, json};
 
+use crate::index::Kind;
 use crate::target::TargetError;
 use crate::{Shared, Work};
 
@@ -232,6 +233,8 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
             shared.connection(&d.target).is_some()
                 && index.owned_synced(&d.target, &r.api_version, &r.kind)
         });
+    let (ready, unready) = index.world.readiness(&composition);
+    let readiness = crate::status::Readiness { ready, unready };
     Some(Plan {
         fields_first: matches!(subject, Subject::Cloud(..)),
         has_status,
@@ -240,10 +243,7 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
             d.kind() == "ModelReplica"
                 && !unchanged.contains(&(d.target.clone(), ObjectRef::of(&d.object)))
         }),
-        readiness: crate::status::Readiness {
-            ready: index.world.all_ready(&composition),
-            unready: index.world.unready(&composition),
-        },
+        readiness,
         composition,
         owner,
         uid,
@@ -453,7 +453,7 @@ fn applied_one(
                 if desired.target == Target::ControlPlane && key.1.kind == "ModelReplica" {
                     // Counted at once by the next deployment's placement,
                     // not once its watch event arrives.
-                    index.assume_replica(&stored);
+                    index.assume(Kind::Replica, &stored);
                 }
                 index.apply_owned(&desired.target, stored);
             }
@@ -558,8 +558,15 @@ async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) 
     }
     let story = crate::status::story(&plan.owner.kind, &plan.observed_status, &status);
     record(shared, plan, &story).await;
-    if let Err(e) = shared.control.patch_status(&plan.owner, &status).await {
-        tracing::warn!(object = %plan.owner, error = %e, "status not written");
+    match shared.control.patch_status(&plan.owner, &status).await {
+        Ok(stored) => {
+            if let (Some(kind), Ok(mut index)) =
+                (Kind::named(&plan.owner.kind), shared.index.write())
+            {
+                index.assume(kind, &stored);
+            }
+        }
+        Err(e) => tracing::warn!(object = %plan.owner, error = %e, "status not written"),
     }
 }
 

@@ -313,7 +313,7 @@ impl Connection {
         &self,
         object: &ObjectRef,
         status: &Value,
-    ) -> Result<(), TargetError> {
+    ) -> Result<Value, TargetError> {
         let api = self.api(object).await?;
         self.check_gate()?;
         let patch = serde_json::json!({
@@ -324,7 +324,7 @@ impl Connection {
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch_status(&object.name, &params, &Patch::Apply(&patch))
             .await
-            .map(|_| ())
+            .map(|stored| serde_json::to_value(stored).unwrap_or(Value::Null))
             .map_err(|e| self.failed("writing the status of", object, e))
     }
 }
