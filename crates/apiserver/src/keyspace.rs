@@ -154,7 +154,7 @@ impl Keyspace {
     /// This space's changes from now on (see [`Store::subscribe`]).
     pub fn subscribe(&self) -> Subscription {
         Subscription {
-            events: self.store.subscribe(),
+            events: self.store.subscribe(&self.prefix),
             space: self.clone(),
         }
     }

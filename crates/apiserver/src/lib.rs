@@ -10,6 +10,7 @@ pub mod clusters;
 pub mod compaction;
 pub mod crd;
 pub mod discovery;
+pub mod fanout;
 pub mod gc;
 pub mod http;
 pub mod jsonpath;

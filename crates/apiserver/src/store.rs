@@ -16,6 +16,7 @@
 //!
 //! Values are opaque bytes: the API layer decides what an object is.
 
+use crate::fanout::Fanout;
 use crate::owners::OwnerIndex;
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
@@ -29,8 +30,6 @@ pub type Revision = i64;
 
 /// Writes committed in one transaction at most.
 const MAX_BATCH: usize = 512;
-/// Events buffered per watcher before it lags and must resume from the log.
-const EVENT_BUFFER: usize = 4096;
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -188,7 +187,7 @@ pub struct Store {
     /// Compaction's own connection: it never holds up readers, and takes
     /// the write lock as the writer does.
     compactor: Mutex<Connection>,
-    events: broadcast::Sender<Event>,
+    events: Arc<Fanout>,
     /// Uids and owner references of the live objects, kept by the writer.
     owners: Arc<Mutex<OwnerIndex>>,
 }
@@ -269,7 +268,7 @@ impl Store {
         owners: OwnerIndex,
     ) -> Store {
         let (jobs, queue) = mpsc::channel::<Job>();
-        let (events, _) = broadcast::channel(EVENT_BUFFER);
+        let events = Arc::new(Fanout::default());
         let publish = events.clone();
         let owners = Arc::new(Mutex::new(owners));
         let index = owners.clone();
@@ -478,12 +477,13 @@ impl Store {
         })?
     }
 
-    /// Every change committed from now on. Subscribe before reading history
-    /// (`events_since`) and skip revisions already seen, so nothing falls in
-    /// between. A receiver that lags gets `RecvError::Lagged` and must resume
-    /// from the log.
-    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.events.subscribe()
+    /// Every change committed from now on in keyspace `space` (`""` for
+    /// the root, `~name` for a logical cluster). Subscribe before reading
+    /// history (`events_since`) and skip revisions already seen, so nothing
+    /// falls in between. A receiver that lags gets `RecvError::Lagged` and
+    /// must resume from the log.
+    pub fn subscribe(&self, space: &str) -> broadcast::Receiver<Event> {
+        self.events.subscribe(space)
     }
 
     /// The keys of the live objects that name `owner` in `ownerReferences`.
@@ -646,7 +646,7 @@ const COMPACT_BATCH: i64 = 5_000;
 fn write_loop(
     mut conn: Connection,
     queue: mpsc::Receiver<Job>,
-    events: broadcast::Sender<Event>,
+    events: Arc<Fanout>,
     owners: &Mutex<OwnerIndex>,
 ) {
     while let Ok(first) = queue.recv() {
@@ -674,8 +674,7 @@ fn write_loop(
                             create_revision,
                             value: event.value.clone(),
                         };
-                        // Nobody listening is fine.
-                        let _ = events.send(event);
+                        events.send(event);
                         stored
                     });
                     job.reply.send(reply);

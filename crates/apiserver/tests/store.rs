@@ -153,7 +153,7 @@ fn history_replays_in_order_until_compacted() {
 fn subscribers_see_every_committed_change() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(&dir.path().join("state.db")).expect("open");
-    let mut events = store.subscribe();
+    let mut events = store.subscribe("");
     let written = create(&store, "/cm/ns/a", "1").expect("create");
     assert!(create(&store, "/cm/ns/a", "again").is_err());
     store
