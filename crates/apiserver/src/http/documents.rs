@@ -15,8 +15,9 @@ pub(super) async fn pod_log(
         Some(node_name) => {
             let nodes = server
                 .resources()
-                .into_iter()
+                .iter()
                 .find(|r| r.group.is_empty() && r.plural == "nodes")
+                .cloned()
                 .ok_or_else(|| target.not_found(name))?;
             let key = nodes.key(None, node_name);
             let s = server.clone();

@@ -62,7 +62,7 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 pub struct ApiServer {
     store: Keyspace,
     /// Built-in kinds and those of the stored CRDs.
-    resources: std::sync::RwLock<Vec<Resource>>,
+    resources: std::sync::RwLock<Arc<Vec<Resource>>>,
     /// What every cluster of the store shares: admission for Modelplane's
     /// kinds and the compiled schemas of other CRDs.
     shared: Arc<Shared>,
@@ -149,7 +149,7 @@ impl ApiServer {
     pub fn in_space(store: Keyspace, shared: Arc<Shared>, root: bool) -> Arc<ApiServer> {
         let server = Arc::new(ApiServer {
             store,
-            resources: std::sync::RwLock::new(Vec::new()),
+            resources: std::sync::RwLock::default(),
             shared,
             schemas: std::sync::RwLock::default(),
             syncing: std::sync::Mutex::default(),
@@ -189,8 +189,9 @@ impl ApiServer {
         &self.store
     }
 
-    /// Every resource served now.
-    pub fn resources(&self) -> Vec<Resource> {
+    /// Every resource served now: the table itself, not a copy (every
+    /// request looks its resource up here).
+    pub fn resources(&self) -> Arc<Vec<Resource>> {
         self.resources.read().map(|r| r.clone()).unwrap_or_default()
     }
 
@@ -215,7 +216,7 @@ impl ApiServer {
         }
         self.compile_schemas(&table);
         if let Ok(mut resources) = self.resources.write() {
-            *resources = table;
+            *resources = Arc::new(table);
         }
     }
 

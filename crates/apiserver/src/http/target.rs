@@ -192,8 +192,9 @@ pub(super) fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Fai
     };
     let resource = server
         .resources()
-        .into_iter()
+        .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
+        .cloned()
         .ok_or_else(not_found)?;
     let (status, scale, log) = match sub {
         None => (false, false, false),
