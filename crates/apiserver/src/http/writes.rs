@@ -383,8 +383,13 @@ pub(super) async fn server_side_apply(
     let force = query.get("force").is_some_and(|f| f == "true");
     let text =
         std::str::from_utf8(body).map_err(|e| bad(format!("the apply patch is not UTF-8: {e}")))?;
-    let applied: Value = serde_saphyr::from_str(text)
-        .map_err(|e| bad(format!("the apply patch is not valid YAML: {e}")))?;
+    // Clients other than kubectl send JSON (which is YAML too): read it as
+    // JSON, many times faster, and as YAML only if it is not.
+    let applied: Value = match serde_json::from_str(text) {
+        Ok(applied) => applied,
+        Err(_) => serde_saphyr::from_str(text)
+            .map_err(|e| bad(format!("the apply patch is not valid YAML: {e}")))?,
+    };
     if applied["apiVersion"].as_str().is_none() || applied["kind"].as_str().is_none() {
         return Err(bad("an apply patch needs apiVersion and kind".into()));
     }
