@@ -31,25 +31,28 @@ enum List {
 }
 
 /// `metadata`'s lists, which a CRD's schema does not describe.
-fn metadata_schema() -> Value {
+static METADATA_SCHEMA: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
     json!({ "properties": {
         "finalizers": { "type": "array", "x-kubernetes-list-type": "set" },
         "ownerReferences": { "type": "array", "x-kubernetes-list-type": "map",
                              "x-kubernetes-list-map-keys": ["uid"] },
     } })
-}
+});
+
+/// The schema of what a schema says nothing of.
+static NO_SCHEMA: Value = Value::Null;
 
 /// The schema of `key` inside an object whose schema is `schema`.
-fn child(schema: &Value, key: &str, root: bool) -> Value {
+/// Borrowed: a pod template's schema is large, and a copy of each level's
+/// was most of an apply's time.
+fn child<'s>(schema: &'s Value, key: &str, root: bool) -> &'s Value {
     if root && key == "metadata" {
-        return metadata_schema();
+        return &METADATA_SCHEMA;
     }
     match schema["properties"].get(key) {
-        Some(s) => s.clone(),
-        None if schema["additionalProperties"].is_object() => {
-            schema["additionalProperties"].clone()
-        }
-        None => Value::Null,
+        Some(s) => s,
+        None if schema["additionalProperties"].is_object() => &schema["additionalProperties"],
+        None => &NO_SCHEMA,
     }
 }
 
@@ -97,7 +100,7 @@ pub fn leaves(
                 prefix.push(Seg::F(k.clone()));
                 let descend = !skip(prefix) || (root && k == "metadata");
                 if descend {
-                    leaves(v, &child(schema, k, root), prefix, out, skip);
+                    leaves(v, child(schema, k, root), prefix, out, skip);
                 }
                 prefix.pop();
             }
@@ -113,7 +116,7 @@ pub fn leaves(
                     if let Value::Object(fields) = item {
                         for (k, v) in fields {
                             prefix.push(Seg::F(k.clone()));
-                            leaves(v, &child(&schema["items"], k, false), prefix, out, skip);
+                            leaves(v, child(&schema["items"], k, false), prefix, out, skip);
                             prefix.pop();
                         }
                     }
@@ -295,7 +298,7 @@ pub fn order_like(merged: &mut Value, applied: &Value, schema: &Value, root: boo
         (Value::Object(merged), Value::Object(applied)) => {
             for (k, a) in applied {
                 if let Some(m) = merged.get_mut(k) {
-                    order_like(m, a, &child(schema, k, root), false);
+                    order_like(m, a, child(schema, k, root), false);
                 }
             }
         }
