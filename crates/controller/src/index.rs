@@ -102,6 +102,8 @@ pub struct Index {
     owned: HashMap<String, BTreeSet<(Target, ObjectRef)>>,
     /// The owned kinds listed at least once, per target.
     owned_listed: BTreeMap<Target, BTreeSet<(String, String)>>,
+    /// What placement reads of each InferenceCluster, as last seen.
+    placement_views: HashMap<Key, Value>,
 }
 
 impl Default for Index {
@@ -113,6 +115,7 @@ impl Default for Index {
             uids: HashMap::new(),
             owned: HashMap::new(),
             owned_listed: BTreeMap::new(),
+            placement_views: HashMap::new(),
         };
         index
             .uids
@@ -288,7 +291,18 @@ impl Index {
         if stored.is_none() {
             return Vec::new();
         }
-        self.concerned(kind, object, &key)
+        let mut subjects = self.concerned(kind, object, &key);
+        if kind == Kind::Cluster {
+            let view = placement_view(object);
+            if self.placement_views.get(&key) == Some(&view) {
+                // A status change placement does not read (a condition
+                // other than Ready, a message): every deployment planned
+                // again for it was most of a fleet's bring-up.
+                subjects.retain(|s| !matches!(s, Subject::Deployment(_)));
+            }
+            self.placement_views.insert(key, view);
+        }
+        subjects
     }
 
     /// What a change of `object` (of `kind`, at `key`) concerns.
@@ -369,7 +383,10 @@ impl Index {
 
     fn remove(&mut self, kind: Kind, key: &str) {
         match kind {
-            Kind::Cluster => drop(self.world.clusters.remove(key)),
+            Kind::Cluster => {
+                self.placement_views.remove(key);
+                drop(self.world.clusters.remove(key));
+            }
             Kind::Class => drop(self.world.classes.remove(key)),
             Kind::Gateway => drop(self.world.gateways.remove(key)),
             Kind::Cache => drop(self.world.caches.remove(key)),
@@ -476,16 +493,18 @@ impl Index {
     /// answered, unless its watch already delivered a later version: the
     /// next reconcile reads what was written, not what the watch event has
     /// yet to bring (a composition reading its own last status, say).
-    pub fn assume(&mut self, kind: Kind, object: &Value) {
+    /// Returns what to reconcile for it, as its watch event would have.
+    pub fn assume(&mut self, kind: Kind, object: &Value) -> Vec<Subject> {
         if object["metadata"]["resourceVersion"].as_str().is_none() {
-            return;
+            return Vec::new();
         }
         let known = kind
             .subject(object_key(object))
             .and_then(|subject| self.subject_object(&subject));
-        if !known.is_some_and(|known| is_newer(&known, object)) {
-            self.apply(kind, object);
+        if known.is_some_and(|known| is_newer(&known, object)) {
+            return Vec::new();
         }
+        self.apply(kind, object)
     }
 
     /// Forgets an owned object that was deleted; returns its owner.
@@ -678,6 +697,30 @@ fn key_in(object: &Value, name: &str) -> Key {
 /// resourceVersions are opaque to clients, but every server Modelplane
 /// talks to (etcd's revisions, the embedded store's) numbers them in
 /// order; one that is not a number is never judged older.
+/// What the scheduler reads of an InferenceCluster (its labels, spec,
+/// deletion, published pools, cache and gateway, and whether it is Ready):
+/// a change elsewhere places nothing differently.
+fn placement_view(cluster: &Value) -> Value {
+    let status = &cluster["status"];
+    let ready = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| c["status"].clone());
+    serde_json::json!({
+        "labels": cluster["metadata"]["labels"],
+        "deleting": cluster["metadata"]["deletionTimestamp"],
+        "spec": cluster["spec"],
+        "status": {
+            "ready": ready,
+            "gpuPools": status["gpuPools"],
+            "gateway": status["gateway"],
+            "cache": status["cache"],
+        },
+    })
+}
+
 fn is_newer(known: &Value, incoming: &Value) -> bool {
     let version = |o: &Value| {
         o["metadata"]["resourceVersion"]
@@ -778,6 +821,40 @@ mod tests {
         index.apply(Kind::Replica, &replica("8", "False"));
         index.assume(Kind::Replica, &replica("7", "True"));
         assert_eq!(ready(&index), "False", "the watch's later version stands");
+    }
+
+    #[test]
+    fn deployments_are_planned_again_only_for_what_placement_reads_of_a_cluster() {
+        let mut index = Index::default();
+        let deployment = json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": { "name": "d", "namespace": "t", "uid": "d-1" },
+            "spec": { "replicas": 1, "template": { "spec": { "engines": [] } } } });
+        index.apply(Kind::Deployment, &deployment);
+        let cluster = |conditions: Value| {
+            json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceCluster",
+                "metadata": { "name": "edge", "uid": "c-1" },
+                "spec": { "stack": "Standard", "cluster": { "source": "EKS", "eks": { "region": "us-east-1" } } },
+                "status": { "conditions": conditions } })
+        };
+        let condition = |type_: &str, status: &str| {
+            json!({ "type": type_, "status": status, "reason": "R", "message": "",
+                "lastTransitionTime": "2026-12-02T00:00:00Z" })
+        };
+        let plans_deployment =
+            |subjects: Vec<Subject>| subjects.iter().any(|s| matches!(s, Subject::Deployment(_)));
+        let not_ready = cluster(json!([condition("Ready", "False")]));
+        assert!(plans_deployment(index.apply(Kind::Cluster, &not_ready)));
+        // Another condition moves: nothing placement reads.
+        let installing = cluster(json!([
+            condition("Ready", "False"),
+            condition("BackendReady", "False")
+        ]));
+        assert!(!plans_deployment(index.apply(Kind::Cluster, &installing)));
+        let ready = cluster(json!([
+            condition("Ready", "True"),
+            condition("BackendReady", "True")
+        ]));
+        assert!(plans_deployment(index.apply(Kind::Cluster, &ready)));
     }
 
     #[test]

@@ -311,8 +311,10 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     // two planned side by side would book the same free GPUs. A plan that
     // writes no ModelReplica (a status, a resync, a scale down) takes no
     // turn, so a hundred deployments requeued by a cluster's change do not
-    // hold every worker waiting.
-    let (plan, _placing) = if first.places {
+    // hold every worker waiting. The turn ends once its replicas are written
+    // and in the index (where the next plan counts them), not after the
+    // prune, status and events that follow.
+    let (plan, placing) = if first.places {
         let turn = shared.placing.lock().await;
         let Some(again) = plan(shared, subject) else {
             return Ok(());
@@ -341,10 +343,11 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     for (write, applied) in applied {
         applied_one(shared, write, applied, &mut failures);
     }
+    drop(placing);
     if !plan.composition.hold && failures.is_empty() {
         prune(shared, subject, &plan, &mut failures).await;
     }
-    publish_status(shared, &plan, &failures.messages).await;
+    publish_status(shared, subject, &plan, &failures.messages).await;
     if failures.is_empty() {
         Ok(())
     } else {
@@ -453,7 +456,9 @@ fn applied_one(
                 if desired.target == Target::ControlPlane && key.1.kind == "ModelReplica" {
                     // Counted at once by the next deployment's placement,
                     // not once its watch event arrives.
-                    index.assume(Kind::Replica, &stored);
+                    for subject in index.assume(Kind::Replica, &stored) {
+                        shared.queue.add(Work::Reconcile(subject));
+                    }
                 }
                 index.apply_owned(&desired.target, stored);
             }
@@ -518,7 +523,7 @@ async fn prune(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, failures: &
     }
 }
 
-async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) {
+async fn publish_status(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, failures: &[String]) {
     if !plan.has_status {
         return;
     }
@@ -560,10 +565,14 @@ async fn publish_status(shared: &Arc<Shared>, plan: &Plan, failures: &[String]) 
     record(shared, plan, &story).await;
     match shared.control.patch_status(&plan.owner, &status).await {
         Ok(stored) => {
-            if let (Some(kind), Ok(mut index)) =
-                (Kind::named(&plan.owner.kind), shared.index.write())
-            {
-                index.assume(kind, &stored);
+            let concerned = match (Kind::named(&plan.owner.kind), shared.index.write()) {
+                (Some(kind), Ok(mut index)) => index.assume(kind, &stored),
+                _ => Vec::new(),
+            };
+            // What the status concerns, as its watch event would queue it
+            // (the event may then find nothing new); not this subject again.
+            for concerned in concerned.into_iter().filter(|s| s != subject) {
+                shared.queue.add(Work::Reconcile(concerned));
             }
         }
         Err(e) => tracing::warn!(object = %plan.owner, error = %e, "status not written"),
