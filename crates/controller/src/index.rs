@@ -135,7 +135,8 @@ fn owner_uid(object: &Value) -> Option<&str> {
     object["metadata"]["labels"][labels::OWNER_UID].as_str()
 }
 
-fn object_key(object: &Value) -> Key {
+/// The index key of a namespaced or cluster-scoped object.
+pub fn object_key(object: &Value) -> Key {
     key(
         object["metadata"]["namespace"].as_str(),
         object["metadata"]["name"].as_str().unwrap_or_default(),
@@ -507,6 +508,33 @@ impl Index {
         self.apply(kind, object)
     }
 
+    /// Books a ModelReplica about to be created: counted by the next
+    /// deployment's placement before its create is answered, as a
+    /// scheduler assumes a pod it is binding. False (nothing booked) when
+    /// one of that name is known already.
+    pub fn book_replica(&mut self, object: &Value) -> bool {
+        let key = object_key(object);
+        if self.world.replicas.contains_key(&key) {
+            return false;
+        }
+        self.apply(Kind::Replica, object);
+        true
+    }
+
+    /// Forgets a booked ModelReplica whose create failed, unless the
+    /// server's copy (a version of it) came in meanwhile.
+    pub fn unbook_replica(&mut self, object: &Value) {
+        let key = object_key(object);
+        let booked = self
+            .world
+            .replicas
+            .get(&key)
+            .is_some_and(|r| r.metadata.resource_version.is_none());
+        if booked {
+            self.remove(Kind::Replica, &key);
+        }
+    }
+
     /// Forgets an owned object that was deleted; returns its owner.
     pub fn delete_owned(&mut self, target: &Target, object: &Value) -> Vec<Subject> {
         let reference = ObjectRef::of(object);
@@ -855,6 +883,30 @@ mod tests {
             condition("BackendReady", "True")
         ]));
         assert!(plans_deployment(index.apply(Kind::Cluster, &ready)));
+    }
+
+    #[test]
+    fn a_booked_replica_counts_until_written_and_goes_if_its_create_failed() {
+        let mut index = Index::default();
+        let replica = |version: Option<&str>| {
+            json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+                "metadata": { "name": "r", "namespace": "t", "resourceVersion": version },
+                "spec": { "clusterName": "edge", "engines": [] } })
+        };
+        assert!(index.book_replica(&replica(None)));
+        assert!(
+            index
+                .world
+                .replicas
+                .contains_key(&object_key(&replica(None)))
+        );
+        assert!(!index.book_replica(&replica(None)), "booked once");
+        index.unbook_replica(&replica(None));
+        assert!(index.world.replicas.is_empty(), "its create failed");
+        assert!(index.book_replica(&replica(None)));
+        index.assume(Kind::Replica, &replica(Some("9")));
+        index.unbook_replica(&replica(None));
+        assert_eq!(index.world.replicas.len(), 1, "written: it stays");
     }
 
     #[test]

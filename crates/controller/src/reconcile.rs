@@ -294,6 +294,37 @@ impl Failures {
     }
 }
 
+/// Books every ModelReplica `plan` creates and returns them; none if it
+/// also rewrites one that exists (nothing booked then).
+fn book_new_replicas(shared: &Shared, plan: &Plan) -> Option<Vec<Value>> {
+    let mut index = shared.index.write().ok()?;
+    let placing: Vec<Value> = plan
+        .composition
+        .desired
+        .iter()
+        .filter(|d| d.target == Target::ControlPlane && d.kind() == "ModelReplica")
+        .filter(|d| {
+            !plan
+                .unchanged
+                .contains(&(d.target.clone(), ObjectRef::of(&d.object)))
+        })
+        .map(|d| owned(d.object.clone(), &plan.uid))
+        .collect();
+    let existing = |r: &Value| {
+        index
+            .world
+            .replicas
+            .contains_key(&crate::index::object_key(r))
+    };
+    if placing.iter().any(existing) {
+        return None;
+    }
+    for replica in &placing {
+        index.book_replica(replica);
+    }
+    Some(placing)
+}
+
 /// One desired object to write, to the connection of its target.
 struct Write<'a> {
     desired: &'a modelplane_compose::Desired,
@@ -311,10 +342,11 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     // two planned side by side would book the same free GPUs. A plan that
     // writes no ModelReplica (a status, a resync, a scale down) takes no
     // turn, so a hundred deployments requeued by a cluster's change do not
-    // hold every worker waiting. The turn ends once its replicas are written
-    // and in the index (where the next plan counts them), not after the
-    // prune, status and events that follow.
-    let (plan, placing) = if first.places {
+    // hold every worker waiting. The turn ends once its new replicas are
+    // booked in the index (where the next plan counts them), before they
+    // are written; a plan that moves a replica that exists keeps it until
+    // written.
+    let (plan, mut placing) = if first.places {
         let turn = shared.placing.lock().await;
         let Some(again) = plan(shared, subject) else {
             return Ok(());
@@ -323,6 +355,12 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     } else {
         (first, None)
     };
+    let booked = placing
+        .as_ref()
+        .and_then(|_| book_new_replicas(shared, &plan));
+    if booked.is_some() {
+        placing = None;
+    }
     let mut failures = Failures::default();
     let writes = writes_due(shared, &plan, &mut failures).await;
     // Namespaces and CRDs first, one by one: the rest may live in them.
@@ -344,6 +382,12 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
         applied_one(shared, write, applied, &mut failures);
     }
     drop(placing);
+    // A booked replica not written (its create failed) frees what it held.
+    if let (Some(booked), Ok(mut index)) = (booked, shared.index.write()) {
+        for replica in &booked {
+            index.unbook_replica(replica);
+        }
+    }
     if !plan.composition.hold && failures.is_empty() {
         prune(shared, subject, &plan, &mut failures).await;
     }
@@ -456,9 +500,7 @@ fn applied_one(
                 if desired.target == Target::ControlPlane && key.1.kind == "ModelReplica" {
                     // Counted at once by the next deployment's placement,
                     // not once its watch event arrives.
-                    for subject in index.assume(Kind::Replica, &stored) {
-                        shared.queue.add(Work::Reconcile(subject));
-                    }
+                    index.assume(Kind::Replica, &stored);
                 }
                 index.apply_owned(&desired.target, stored);
             }
@@ -565,14 +607,19 @@ async fn publish_status(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, fa
     record(shared, plan, &story).await;
     match shared.control.patch_status(&plan.owner, &status).await {
         Ok(stored) => {
-            let concerned = match (Kind::named(&plan.owner.kind), shared.index.write()) {
+            let kind = Kind::named(&plan.owner.kind);
+            let concerned = match (kind, shared.index.write()) {
                 (Some(kind), Ok(mut index)) => index.assume(kind, &stored),
                 _ => Vec::new(),
             };
-            // What the status concerns, as its watch event would queue it
-            // (the event may then find nothing new); not this subject again.
-            for concerned in concerned.into_iter().filter(|s| s != subject) {
-                shared.queue.add(Work::Reconcile(concerned));
+            // A cluster's watch event queues the deployments only if what
+            // placement reads changed, which its status taken in here now
+            // shows: they are queued here. Other kinds' events queue what
+            // they concern themselves.
+            if kind == Some(Kind::Cluster) {
+                for concerned in concerned.into_iter().filter(|s| s != subject) {
+                    shared.queue.add(Work::Reconcile(concerned));
+                }
             }
         }
         Err(e) => tracing::warn!(object = %plan.owner, error = %e, "status not written"),
