@@ -262,6 +262,14 @@ impl Index {
     /// Records a control-plane object; returns what to reconcile.
     pub fn apply(&mut self, kind: Kind, object: &Value) -> Vec<Subject> {
         let key = object_key(object);
+        if self
+            .version_of(kind, &key)
+            .is_some_and(|known| is_later(&known, object))
+        {
+            // A watch event older than a version this process wrote and
+            // took in already: what it wrote stands.
+            return Vec::new();
+        }
         // Its uid counts even if it does not parse: what it owns is no
         // orphan.
         if let Some(subject) = kind.subject(key.clone()) {
@@ -414,6 +422,28 @@ impl Index {
         }
     }
 
+    /// The uid and resourceVersion known of the `kind` object at `key`.
+    fn version_of(&self, kind: Kind, key: &Key) -> Option<(String, String)> {
+        fn of<T: kube::Resource>(
+            map: &BTreeMap<Key, Arc<T>>,
+            key: &Key,
+        ) -> Option<(String, String)> {
+            let meta = map.get(key)?.meta();
+            Some((meta.uid.clone()?, meta.resource_version.clone()?))
+        }
+        let w = &self.world;
+        match kind {
+            Kind::Cluster => of(&w.clusters, key),
+            Kind::Class => of(&w.classes, key),
+            Kind::Gateway => of(&w.gateways, key),
+            Kind::Cache => of(&w.caches, key),
+            Kind::Deployment => of(&w.deployments, key),
+            Kind::Replica => of(&w.replicas, key),
+            Kind::Endpoint => of(&w.endpoints, key),
+            Kind::Service => of(&w.services, key),
+        }
+    }
+
     /// Replaces every object of `kind` with a fresh list; returns what to
     /// reconcile (everything, once every kind is listed).
     pub fn reset(&mut self, kind: Kind, objects: &[Value]) -> Vec<Subject> {
@@ -421,7 +451,10 @@ impl Index {
         // but does not parse keeps what was known of it.
         let listed: BTreeSet<Key> = objects.iter().map(object_key).collect();
         for key in self.keys(kind) {
-            if !listed.contains(&key) {
+            // A booked replica is not on the server yet: its create is on
+            // its way (or fails, and unbooks it).
+            let booked = kind == Kind::Replica && self.is_booked(&key);
+            if !listed.contains(&key) && !booked {
                 self.remove(kind, &key);
             }
         }
@@ -499,13 +532,16 @@ impl Index {
         if object["metadata"]["resourceVersion"].as_str().is_none() {
             return Vec::new();
         }
-        let known = kind
-            .subject(object_key(object))
-            .and_then(|subject| self.subject_object(&subject));
-        if known.is_some_and(|known| is_newer(&known, object)) {
+        self.apply(kind, object)
+    }
+
+    /// [`Index::assume`] for a status written: only of an object still
+    /// known (one deleted meanwhile is not brought back).
+    pub fn assume_status(&mut self, kind: Kind, object: &Value) -> Vec<Subject> {
+        if self.version_of(kind, &object_key(object)).is_none() {
             return Vec::new();
         }
-        self.apply(kind, object)
+        self.assume(kind, object)
     }
 
     /// Books a ModelReplica about to be created: counted by the next
@@ -521,18 +557,27 @@ impl Index {
         true
     }
 
-    /// Forgets a booked ModelReplica whose create failed, unless the
-    /// server's copy (a version of it) came in meanwhile.
-    pub fn unbook_replica(&mut self, object: &Value) {
-        let key = object_key(object);
-        let booked = self
-            .world
+    /// Whether the replica at `key` is booked, not yet on the server (what
+    /// the server holds has a uid).
+    fn is_booked(&self, key: &Key) -> bool {
+        self.world
             .replicas
-            .get(&key)
-            .is_some_and(|r| r.metadata.resource_version.is_none());
-        if booked {
-            self.remove(Kind::Replica, &key);
+            .get(key)
+            .is_some_and(|r| r.metadata.uid.is_none())
+    }
+
+    /// Forgets a booked ModelReplica whose create failed, unless the
+    /// server's copy (a version of it) came in meanwhile; returns what
+    /// planned around it (its deployment, its cluster).
+    pub fn unbook_replica(&mut self, object: &Value) -> Vec<Subject> {
+        let key = object_key(object);
+        if !self.is_booked(&key) {
+            return Vec::new();
         }
+        self.remove(Kind::Replica, &key);
+        let mut subjects = self.concerned(Kind::Replica, object, &key);
+        subjects.retain(|s| *s != Subject::Replica(key.clone()));
+        subjects
     }
 
     /// Forgets an owned object that was deleted; returns its owner.
@@ -721,10 +766,6 @@ fn key_in(object: &Value, name: &str) -> Key {
     key(object["metadata"]["namespace"].as_str(), name)
 }
 
-/// Whether `known` is a later version of the same object than `incoming`.
-/// resourceVersions are opaque to clients, but every server Modelplane
-/// talks to (etcd's revisions, the embedded store's) numbers them in
-/// order; one that is not a number is never judged older.
 /// What the scheduler reads of an InferenceCluster (its labels, spec,
 /// deletion, published pools, cache and gateway, and whether it is Ready):
 /// a change elsewhere places nothing differently.
@@ -749,6 +790,17 @@ fn placement_view(cluster: &Value) -> Value {
     })
 }
 
+/// Whether `known` (uid, resourceVersion) is a later version of the same
+/// object than `incoming`, as [`is_newer`] judges.
+fn is_later(known: &(String, String), incoming: &Value) -> bool {
+    let known = serde_json::json!({ "metadata": { "uid": known.0, "resourceVersion": known.1 } });
+    is_newer(&known, incoming)
+}
+
+/// Whether `known` is a later version of the same object than `incoming`.
+/// resourceVersions are opaque to clients, but every server Modelplane
+/// talks to (etcd's revisions, the embedded store's) numbers them in
+/// order; one that is not a number is never judged older.
 fn is_newer(known: &Value, incoming: &Value) -> bool {
     let version = |o: &Value| {
         o["metadata"]["resourceVersion"]
@@ -846,6 +898,13 @@ mod tests {
         // next pass read the old one and composed the hydration Job again.
         index.assume(Kind::Replica, &replica("6", "True"));
         assert_eq!(ready(&index), "True");
+        // The watch event of the write before arrives late: it is older.
+        index.apply(Kind::Replica, &replica("5", "False"));
+        assert_eq!(
+            ready(&index),
+            "True",
+            "an older watch event does not undo it"
+        );
         index.apply(Kind::Replica, &replica("8", "False"));
         index.assume(Kind::Replica, &replica("7", "True"));
         assert_eq!(ready(&index), "False", "the watch's later version stands");
@@ -889,8 +948,9 @@ mod tests {
     fn a_booked_replica_counts_until_written_and_goes_if_its_create_failed() {
         let mut index = Index::default();
         let replica = |version: Option<&str>| {
+            let uid = version.map(|_| "r-1");
             json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
-                "metadata": { "name": "r", "namespace": "t", "resourceVersion": version },
+                "metadata": { "name": "r", "namespace": "t", "uid": uid, "resourceVersion": version },
                 "spec": { "clusterName": "edge", "engines": [] } })
         };
         assert!(index.book_replica(&replica(None)));
@@ -904,6 +964,9 @@ mod tests {
         index.unbook_replica(&replica(None));
         assert!(index.world.replicas.is_empty(), "its create failed");
         assert!(index.book_replica(&replica(None)));
+        // A relist while its create is on its way keeps it booked.
+        index.reset(Kind::Replica, &[]);
+        assert_eq!(index.world.replicas.len(), 1, "booked through a relist");
         index.assume(Kind::Replica, &replica(Some("9")));
         index.unbook_replica(&replica(None));
         assert_eq!(index.world.replicas.len(), 1, "written: it stays");

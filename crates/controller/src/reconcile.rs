@@ -385,7 +385,9 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     // A booked replica not written (its create failed) frees what it held.
     if let (Some(booked), Ok(mut index)) = (booked, shared.index.write()) {
         for replica in &booked {
-            index.unbook_replica(replica);
+            for subject in index.unbook_replica(replica) {
+                shared.queue.add(Work::Reconcile(subject));
+            }
         }
     }
     if !plan.composition.hold && failures.is_empty() {
@@ -609,7 +611,7 @@ async fn publish_status(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, fa
         Ok(stored) => {
             let kind = Kind::named(&plan.owner.kind);
             let concerned = match (kind, shared.index.write()) {
-                (Some(kind), Ok(mut index)) => index.assume(kind, &stored),
+                (Some(kind), Ok(mut index)) => index.assume_status(kind, &stored),
                 _ => Vec::new(),
             };
             // A cluster's watch event queues the deployments only if what
