@@ -1590,3 +1590,54 @@ async fn status_applies_never_create_and_a_stale_uid_conflicts() {
         .expect("response");
     assert_eq!(response.status(), StatusCode::CONFLICT);
 }
+
+/// A client that hears of a CRD on a watch and asks for its kind at once
+/// (a controller waiting for a chart's kinds) finds it served: failed on
+/// main (discovery answered 404 now and then: the resource table was
+/// rebuilt only after the write had been told to watchers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_told_to_a_watch_is_served_to_whoever_heard_of_it() {
+    let f = Arc::new(Fixture::new());
+    let mut events = f.server.store().subscribe();
+    let kinds = 40;
+    let heard = {
+        let f = f.clone();
+        tokio::spawn(async move {
+            let mut missing = Vec::new();
+            for i in 0..kinds {
+                let event = events.recv().await.expect("the CRD's event");
+                assert!(
+                    event.key.contains(&format!("gadgets.g{i}.example.com")),
+                    "{}",
+                    event.key
+                );
+                let (code, _) = f
+                    .call(Method::GET, &format!("/apis/g{i}.example.com/v1"), None)
+                    .await;
+                if code != StatusCode::OK {
+                    missing.push(i);
+                }
+            }
+            missing
+        })
+    };
+    for i in 0..kinds {
+        let mut crd = gadget_crd();
+        let group = format!("g{i}.example.com");
+        crd["metadata"]["name"] = json!(format!("gadgets.{group}"));
+        crd["spec"]["group"] = json!(group);
+        let (code, body) = f
+            .call(
+                Method::POST,
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                Some(crd),
+            )
+            .await;
+        assert_eq!(code, StatusCode::CREATED, "{body}");
+    }
+    let missing = heard.await.expect("listener");
+    assert!(
+        missing.is_empty(),
+        "heard of but not served: groups {missing:?}"
+    );
+}

@@ -72,11 +72,27 @@ pub struct ApiServer {
     /// Held while the resource table is rebuilt: two CRD writes rebuilding
     /// side by side could leave the table of the one that read first.
     syncing: std::sync::Mutex<()>,
+    /// CRD writes on their way: until the table is rebuilt after one,
+    /// it is rebuilt before it is read (a client that heard of the CRD on
+    /// a watch may ask for its kind before the write's answer is sent).
+    crd_writes: std::sync::atomic::AtomicUsize,
     /// Serves `LogicalCluster` (the root cluster of a store).
     root: bool,
     /// Watches open now, and how many may be ([`MAX_WATCHES`] by default).
     watches: std::sync::atomic::AtomicUsize,
     watch_limit: std::sync::atomic::AtomicUsize,
+}
+
+/// A CRD write on its way (see [`ApiServer::crd_write`]).
+pub(crate) struct CrdWrite<'a>(&'a ApiServer);
+
+impl Drop for CrdWrite<'_> {
+    fn drop(&mut self) {
+        self.0.sync_crds();
+        self.0
+            .crd_writes
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Kept once per store, for every cluster in it: Modelplane's admission
@@ -153,6 +169,7 @@ impl ApiServer {
             shared,
             schemas: std::sync::RwLock::default(),
             syncing: std::sync::Mutex::default(),
+            crd_writes: std::sync::atomic::AtomicUsize::new(0),
             root,
             watches: std::sync::atomic::AtomicUsize::new(0),
             watch_limit: std::sync::atomic::AtomicUsize::new(MAX_WATCHES),
@@ -192,7 +209,18 @@ impl ApiServer {
     /// Every resource served now: the table itself, not a copy (every
     /// request looks its resource up here).
     pub fn resources(&self) -> Arc<Vec<Resource>> {
+        if self.crd_writes.load(std::sync::atomic::Ordering::Acquire) > 0 {
+            self.sync_crds();
+        }
         self.resources.read().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// Marks a CRD write on its way; the table is rebuilt when it is
+    /// dropped, after the write.
+    pub(crate) fn crd_write(&self) -> CrdWrite<'_> {
+        self.crd_writes
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        CrdWrite(self)
     }
 
     /// Rebuilds the resource table from the built-ins and the stored CRDs.

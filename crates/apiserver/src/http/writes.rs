@@ -150,6 +150,7 @@ pub(super) async fn create(
         .unwrap_or_default()
         .to_string();
     let key = target.resource.key(target.namespace.as_deref(), &name);
+    let crd_write = is_crd.then(|| server.crd_write());
     let stored = write(
         server,
         target,
@@ -160,9 +161,7 @@ pub(super) async fn create(
         },
     )
     .await?;
-    if is_crd {
-        server.sync_crds();
-    }
+    drop(crd_write);
     Ok(with_warnings(
         json_response(StatusCode::CREATED, &decode(&stored)?),
         &warnings,
@@ -219,12 +218,13 @@ pub(super) async fn update_to(
             &target.structure(),
         );
     }
-    let response = store_update(server, target, name, old, new, change, expected).await?;
     // A CRD written unchanged (a chart re-applied) serves what it served:
     // rebuilding the table reads and parses every CRD of the cluster.
-    if target.resource.plural == "customresourcedefinitions" && change == Change::Changed {
-        server.sync_crds();
-    }
+    let crd_write = (target.resource.plural == "customresourcedefinitions"
+        && change == Change::Changed)
+        .then(|| server.crd_write());
+    let response = store_update(server, target, name, old, new, change, expected).await?;
+    drop(crd_write);
     Ok(with_warnings(response, &warnings))
 }
 
@@ -445,6 +445,7 @@ pub(super) async fn server_side_apply(
             crate::namespaces::activate(&mut object);
         }
         let key = target.resource.key(target.namespace.as_deref(), name);
+        let crd_write = is_crd.then(|| server.crd_write());
         let stored = write(
             server,
             target,
@@ -455,9 +456,7 @@ pub(super) async fn server_side_apply(
             },
         )
         .await?;
-        if is_crd {
-            server.sync_crds();
-        }
+        drop(crd_write);
         return Ok(with_warnings(
             json_response(StatusCode::CREATED, &decode(&stored)?),
             &warnings,
