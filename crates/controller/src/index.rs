@@ -192,6 +192,12 @@ impl Index {
             .is_some_and(|l| l.contains(&(api_version.to_string(), kind.to_string())))
     }
 
+    /// Whether the subject with `uid` is observed (objects labelled with
+    /// an unknown owner's uid are orphans).
+    pub fn knows_owner(&self, uid: &str) -> bool {
+        self.subjects.contains_key(uid)
+    }
+
     /// Objects on `target` whose owner is no observed subject, as observed.
     pub fn orphans(&self, target: &Target) -> Vec<(ObjectRef, Arc<Value>)> {
         let Some(applied) = self.world.applied.get(target) else {

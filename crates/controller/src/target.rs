@@ -80,14 +80,32 @@ enum Resolved {
     NotServed(Instant),
 }
 
-/// What discovery said of each kind, since its CRDs last changed.
+/// What discovery said of each kind, since its group's CRDs last changed.
 #[derive(Default)]
 struct Kinds {
     known: HashMap<(String, String), Resolved>,
-    /// Counts the changes of CRDs: an answer asked for before one is not
-    /// kept after it (it may say "not served" of the kind just installed,
-    /// and whoever was woken by the change would believe it).
+    /// Per group: its CRDs' changes, and questions on their way.
+    groups: HashMap<String, Group>,
+    /// Counts the times everything was forgotten (a relist of the CRDs).
+    epoch: u64,
+}
+
+#[derive(Default)]
+struct Group {
+    /// Counts the changes of the group's CRDs: an answer asked for before
+    /// one is not kept after it (it may say "not served" of the kind just
+    /// installed, and whoever was woken by the change would believe it).
     generation: u64,
+    /// Discovery questions about the group not answered yet.
+    asking: usize,
+}
+
+/// When a question was asked: the epoch and its group's generation.
+type Asked = (u64, u64);
+
+/// The API group of `api_version` (`""` for the core group's `v1`).
+fn group_of(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }
 
 impl Kinds {
@@ -95,17 +113,51 @@ impl Kinds {
         self.known.get(key).cloned()
     }
 
-    /// Keeps `resolved`, asked for at `generation`, unless the CRDs
-    /// changed since.
-    fn record(&mut self, key: (String, String), resolved: Resolved, generation: u64) {
-        if generation == self.generation {
+    fn asked(&self, group: &str) -> Asked {
+        (
+            self.epoch,
+            self.groups.get(group).map_or(0, |g| g.generation),
+        )
+    }
+
+    /// A question about `group` leaves.
+    fn ask(&mut self, group: &str) -> Asked {
+        self.groups.entry(group.to_string()).or_default().asking += 1;
+        self.asked(group)
+    }
+
+    /// Its answer came (or failed); kept unless the group's CRDs changed
+    /// since it was asked.
+    fn answered(&mut self, key: (String, String), resolved: Option<Resolved>, asked: Asked) {
+        let group = group_of(&key.0).to_string();
+        if let Some(g) = self.groups.get_mut(&group) {
+            g.asking = g.asking.saturating_sub(1);
+        }
+        if let Some(resolved) = resolved
+            && asked == self.asked(&group)
+        {
             self.known.insert(key, resolved);
         }
     }
 
     fn forget(&mut self) {
         self.known.clear();
-        self.generation += 1;
+        self.epoch += 1;
+    }
+
+    /// Forgets what was said of `group`'s kinds; true if someone may wait
+    /// on one of them: one was found not served, or a question about the
+    /// group is on its way (its answer will not be kept).
+    fn forget_group(&mut self, group: &str) -> bool {
+        let entry = self.groups.entry(group.to_string()).or_default();
+        entry.generation += 1;
+        let mut awaited = entry.asking > 0;
+        self.known.retain(|(api_version, _), resolved| {
+            let of_group = group_of(api_version) == group;
+            awaited |= of_group && matches!(resolved, Resolved::NotServed(_));
+            !of_group
+        });
+        awaited
     }
 }
 
@@ -186,10 +238,7 @@ impl Connection {
         kind: &str,
     ) -> Result<(ApiResource, bool), TargetError> {
         let key = (api_version.to_string(), kind.to_string());
-        let (known, generation) = self
-            .kinds
-            .read()
-            .map_or((None, 0), |k| (k.get(&key), k.generation));
+        let known = self.kinds.read().ok().and_then(|k| k.get(&key));
         match known {
             Some(Resolved::Served(resource, namespaced)) => return Ok((resource, namespaced)),
             Some(Resolved::NotServed(at)) if at.elapsed() < NOT_SERVED_FOR => {
@@ -198,26 +247,26 @@ impl Connection {
             _ => {}
         }
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let asked = self.kinds.write().map_or((0, 0), |mut k| k.ask(group));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let resolved = match kube::discovery::pinned_kind(&self.client, &gvk).await {
-            Ok((resource, caps)) => Resolved::Served(resource, caps.scope == Scope::Namespaced),
-            Err(KubeError::Discovery(_)) => Resolved::NotServed(Instant::now()),
-            Err(KubeError::Api(s)) if s.code == 404 => Resolved::NotServed(Instant::now()),
-            Err(source) => {
-                return Err(TargetError::Api {
-                    target: self.name.clone(),
-                    action: "discovering",
-                    object: format!("{kind} ({api_version})"),
-                    source: Box::new(source),
-                });
-            }
+        let answer = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((resource, caps)) => Ok(Resolved::Served(resource, caps.scope == Scope::Namespaced)),
+            Err(KubeError::Discovery(_)) => Ok(Resolved::NotServed(Instant::now())),
+            Err(KubeError::Api(s)) if s.code == 404 => Ok(Resolved::NotServed(Instant::now())),
+            Err(source) => Err(source),
         };
         if let Ok(mut kinds) = self.kinds.write() {
-            kinds.record(key, resolved.clone(), generation);
+            kinds.answered(key, answer.as_ref().ok().cloned(), asked);
         }
-        match resolved {
-            Resolved::Served(resource, namespaced) => Ok((resource, namespaced)),
-            Resolved::NotServed(_) => Err(self.not_served(api_version, kind)),
+        match answer {
+            Ok(Resolved::Served(resource, namespaced)) => Ok((resource, namespaced)),
+            Ok(Resolved::NotServed(_)) => Err(self.not_served(api_version, kind)),
+            Err(source) => Err(TargetError::Api {
+                target: self.name.clone(),
+                action: "discovering",
+                object: format!("{kind} ({api_version})"),
+                source: Box::new(source),
+            }),
         }
     }
 
@@ -226,6 +275,15 @@ impl Connection {
         if let Ok(mut kinds) = self.kinds.write() {
             kinds.forget();
         }
+    }
+
+    /// Forgets what discovery said of `group`'s kinds (after its CRD was
+    /// installed, changed or removed); true if one of them was found not
+    /// served, so someone may be waiting for it.
+    pub fn forget_group(&self, group: &str) -> bool {
+        self.kinds
+            .write()
+            .is_ok_and(|mut kinds| kinds.forget_group(group))
     }
 
     fn not_served(&self, api_version: &str, kind: &str) -> TargetError {
@@ -333,27 +391,63 @@ impl Connection {
 mod tests {
     use super::*;
 
+    fn key(api_version: &str, kind: &str) -> (String, String) {
+        (api_version.to_string(), kind.to_string())
+    }
+
+    fn not_served() -> Option<Resolved> {
+        Some(Resolved::NotServed(Instant::now()))
+    }
+
     #[test]
-    fn an_answer_asked_for_before_the_crds_changed_is_not_kept() {
-        let key = (
-            "gateway.networking.k8s.io/v1".to_string(),
-            "Gateway".to_string(),
-        );
+    fn an_answer_asked_for_before_its_groups_crds_changed_is_not_kept() {
+        let gateway = key("gateway.networking.k8s.io/v1", "Gateway");
         let mut kinds = Kinds::default();
-        let asked_at = kinds.generation;
-        // The chart installs the CRD while discovery's answer is on its way.
-        kinds.forget();
-        kinds.record(key.clone(), Resolved::NotServed(Instant::now()), asked_at);
+        let asked = kinds.ask("gateway.networking.k8s.io");
+        // The chart installs the CRD while discovery's answer is on its way:
+        // whoever asked is waiting for it.
+        assert!(kinds.forget_group("gateway.networking.k8s.io"));
+        kinds.answered(gateway.clone(), not_served(), asked);
         assert!(
-            kinds.get(&key).is_none(),
+            kinds.get(&gateway).is_none(),
             "the stale 'not served' would hold the watch until its 60 s timer"
         );
-        kinds.record(
-            key.clone(),
-            Resolved::NotServed(Instant::now()),
-            kinds.generation,
+        let asked = kinds.ask("gateway.networking.k8s.io");
+        kinds.answered(gateway.clone(), not_served(), asked);
+        assert!(kinds.get(&gateway).is_some());
+        // A relist of the CRDs forgets everything, and what was on its way.
+        let asked = kinds.ask("gateway.networking.k8s.io");
+        kinds.forget();
+        kinds.answered(gateway.clone(), not_served(), asked);
+        assert!(kinds.get(&gateway).is_none());
+    }
+
+    #[test]
+    fn a_crd_change_forgets_only_its_group_and_says_whether_it_was_awaited() {
+        let gateway = key("gateway.networking.k8s.io/v1", "Gateway");
+        let lws = key("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet");
+        let pod = key("v1", "Pod");
+        let served = Resolved::Served(
+            ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+            true,
         );
-        assert!(kinds.get(&key).is_some());
+        let mut kinds = Kinds::default();
+        for (k, group, answer) in [
+            (&gateway, "gateway.networking.k8s.io", not_served()),
+            (&lws, "leaderworkerset.x-k8s.io", not_served()),
+            (&pod, "", Some(served)),
+        ] {
+            let asked = kinds.ask(group);
+            kinds.answered(k.clone(), answer, asked);
+        }
+        // Another group's CRD installed meanwhile keeps what was said.
+        let asked = kinds.ask("leaderworkerset.x-k8s.io");
+        assert!(!kinds.forget_group("grove.io"), "nobody waits on grove.io");
+        kinds.answered(lws.clone(), not_served(), asked);
+        assert!(kinds.get(&lws).is_some());
+        assert!(kinds.forget_group("gateway.networking.k8s.io"));
+        assert!(kinds.get(&gateway).is_none());
+        assert!(kinds.get(&lws).is_some() && kinds.get(&pod).is_some());
     }
 
     #[test]

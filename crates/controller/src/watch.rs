@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use modelplane_api::labels;
@@ -233,12 +234,27 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             }
             // A relist (InitDone) may carry CRDs installed while the watch
             // was down.
-            if matches!(
-                event,
-                watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone
-            ) {
-                connection.forget_kinds();
-                connection.kinds_changed.notify_waiters();
+            // A CRD's change concerns its group's kinds only; the
+            // subjects on the target are looked at again when one of them
+            // had been found missing (or one is removed).
+            let requeue = match &event {
+                watcher::Event::Apply(crd) => {
+                    connection.forget_group(crd.data["spec"]["group"].as_str().unwrap_or_default())
+                }
+                watcher::Event::Delete(crd) => {
+                    connection.forget_group(crd.data["spec"]["group"].as_str().unwrap_or_default());
+                    true
+                }
+                watcher::Event::InitDone => {
+                    connection.forget_kinds();
+                    true
+                }
+                _ => false,
+            };
+            // Woken whatever the group: a watch whose discovery was in
+            // flight has recorded nothing yet.
+            connection.kinds_changed.notify_waiters();
+            if requeue {
                 requeue_on(&shared, &watched);
             }
             continue;
@@ -250,8 +266,15 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             continue;
         }
         // An owner deleted (a ModelReplica, a ServingStack…) leaves its
-        // objects on every target to collect.
-        let owner_deleted = matches!(event, watcher::Event::Delete(_));
+        // objects on every target to collect; so may one the index had not
+        // seen yet when its objects were listed.
+        let collect_everywhere = matches!(
+            (&event, &watched),
+            (
+                watcher::Event::Delete(_) | watcher::Event::InitDone,
+                Watched::Control(_)
+            )
+        );
         let subjects = {
             let Ok(mut index) = shared.index.write() else {
                 return;
@@ -267,8 +290,24 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             {
                 return;
             }
-            if owner_deleted {
+            if collect_everywhere {
                 for target in index.world.applied.keys() {
+                    shared.queue.add(crate::Work::Orphans(target.clone()));
+                }
+            }
+            // A target's objects are looked over when they were listed and
+            // when one arrives whose owner is not known; not on every
+            // change (each look goes over all the target's objects).
+            if let Watched::Owned(target, ..) = &watched {
+                let orphan = match &event {
+                    watcher::Event::InitDone => true,
+                    watcher::Event::Apply(o) => o
+                        .labels()
+                        .get(labels::OWNER_UID)
+                        .is_none_or(|owner| !index.knows_owner(owner)),
+                    _ => false,
+                };
+                if orphan {
                     shared.queue.add(crate::Work::Orphans(target.clone()));
                 }
             }
@@ -307,9 +346,6 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
         }
         for subject in subjects {
             shared.queue.add(crate::Work::Reconcile(subject));
-        }
-        if let Watched::Owned(target, ..) = &watched {
-            shared.queue.add(crate::Work::Orphans(target.clone()));
         }
     }
 }
