@@ -57,6 +57,9 @@ const CLASSES: usize = usize::MAX - 2;
 /// Faults injected into the simulation.
 const FAULTS: usize = usize::MAX - 3;
 
+/// The group of Crossplane's Usage and ClusterUsage.
+const USAGES: &str = "protection.crossplane.io";
+
 /// Watched besides Crossplane's kinds.
 const EXTRA: [usize; 4] = [SECRETS, CLUSTERS, CLASSES, FAULTS];
 
@@ -344,6 +347,11 @@ impl Fleet {
     /// gate many (providers, their configs, Secrets).
     fn touch(&mut self, key: &Key, object: &Value) {
         let kind = KINDS.get(key.0);
+        if kind.is_some_and(|k| k.group == USAGES) {
+            // Usages only guard deletion, which the simulated providers do
+            // not block on: nothing here reads them.
+            return;
+        }
         let broad = EXTRA.contains(&key.0)
             || kind.is_some_and(|k| k.provider.is_none() || !crossplane::is_managed(k));
         if broad {
@@ -891,6 +899,16 @@ impl Fleet {
             }
             None => json!({ "private_key": format!("simulated {kind} key") }),
         };
+        let written = self.get(SECRETS, namespace, name).is_some_and(|secret| {
+            data.as_object()
+                .into_iter()
+                .flatten()
+                .all(|(key, value)| value.as_str() == secret_field(secret, key).as_deref())
+        });
+        if written {
+            // Each pass of a Ready resource would write it again otherwise.
+            return Ok(());
+        }
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "type": "connection.crossplane.io/v1alpha1",
             "metadata": { "name": name, "namespace": namespace },
