@@ -4,10 +4,10 @@
 //!
 //! Data flow: watch events update the index synchronously → once every
 //! kind is listed, the events ready at that moment are taken together →
-//! the routing inputs (specs, labels, annotations, Secret data: what the
-//! table reads) are compared with the last published ones → only a change
-//! compiles and swaps a new table (STYLE.md 2). A status write or a resync
-//! publishes nothing.
+//! each object's routing inputs (specs, labels, annotations, Secret data:
+//! what the table reads) are compared with those it replaces → only a
+//! change compiles and swaps a new table (STYLE.md 2). A status write or a
+//! resync publishes nothing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -30,11 +30,13 @@ enum Change {
     Secret(watcher::Event<Secret>),
 }
 
-/// Objects of one kind by `namespace/name`, and whether listed once.
+/// Objects of one kind by `namespace/name`, whether listed once, and
+/// whether what the table reads of them changed since it was compiled.
 struct Kind<T> {
     objects: BTreeMap<String, T>,
     listing: BTreeMap<String, T>,
     listed: bool,
+    changed: bool,
 }
 
 impl<T> Default for Kind<T> {
@@ -43,6 +45,7 @@ impl<T> Default for Kind<T> {
             objects: BTreeMap::new(),
             listing: BTreeMap::new(),
             listed: false,
+            changed: false,
         }
     }
 }
@@ -55,7 +58,37 @@ fn key<T: Resource>(object: &T) -> String {
     )
 }
 
-impl<T: Resource> Kind<T> {
+/// What the routing table reads of an object, and nothing else: a change
+/// elsewhere (status, resourceVersion, managed fields) publishes nothing.
+trait Routed {
+    fn routing(&self) -> Value;
+}
+
+fn meta(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Value {
+    json!([m.namespace, m.name, m.labels, m.annotations])
+}
+
+impl Routed for ModelService {
+    fn routing(&self) -> Value {
+        json!([meta(&self.metadata), self.spec])
+    }
+}
+
+impl Routed for ModelEndpoint {
+    fn routing(&self) -> Value {
+        json!([meta(&self.metadata), self.spec])
+    }
+}
+
+impl Routed for Secret {
+    fn routing(&self) -> Value {
+        json!([meta(&self.metadata), self.type_, self.data])
+    }
+}
+
+impl<T: Resource + Routed> Kind<T> {
+    /// Takes in one event; compared object by object, so a burst of status
+    /// writes costs each its own comparison, not a copy of the whole kind.
     fn apply(&mut self, event: watcher::Event<T>) {
         match event {
             watcher::Event::Init => self.listing.clear(),
@@ -65,28 +98,22 @@ impl<T: Resource> Kind<T> {
             watcher::Event::InitDone => {
                 self.objects = std::mem::take(&mut self.listing);
                 self.listed = true;
+                self.changed = true;
             }
             watcher::Event::Apply(o) => {
-                self.objects.insert(key(&o), o);
+                let key = key(&o);
+                let same = self
+                    .objects
+                    .get(&key)
+                    .is_some_and(|old| old.routing() == o.routing());
+                self.changed |= !same;
+                self.objects.insert(key, o);
             }
             watcher::Event::Delete(o) => {
-                self.objects.remove(&key(&o));
+                self.changed |= self.objects.remove(&key(&o)).is_some();
             }
         }
     }
-}
-
-/// What the routing table is compiled from, and nothing else: a change
-/// elsewhere (status, resourceVersion, managed fields) publishes nothing.
-fn routing_inputs(objects: &Objects) -> Value {
-    let meta = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        json!([m.namespace, m.name, m.labels, m.annotations])
-    };
-    json!({
-        "services": objects.services.iter().map(|s| json!([meta(&s.metadata), s.spec])).collect::<Vec<_>>(),
-        "endpoints": objects.endpoints.iter().map(|e| json!([meta(&e.metadata), e.spec])).collect::<Vec<_>>(),
-        "secrets": objects.secrets.iter().map(|s| json!([meta(&s.metadata), s.type_, s.data])).collect::<Vec<_>>(),
-    })
 }
 
 /// Keeps `gateway`'s table compiled from what `client`'s API server holds,
@@ -110,7 +137,6 @@ pub async fn watch(
         futures_util::stream::select(futures_util::stream::select(services, endpoints), secrets)
             .boxed();
     let (mut s, mut e, mut k) = (Kind::default(), Kind::default(), Kind::default());
-    let mut published: Option<Value> = None;
     tokio::pin!(shutdown);
     loop {
         let next = tokio::select! {
@@ -133,19 +159,17 @@ pub async fn watch(
                 Err(error) => tracing::warn!("watch failed, retrying: {error}"),
             }
         }
-        if !(s.listed && e.listed && k.listed) {
+        let listed = s.listed && e.listed && k.listed;
+        if !listed || !(s.changed || e.changed || k.changed) {
             continue;
         }
+        (s.changed, e.changed, k.changed) = (false, false, false);
         let objects = Objects {
             services: s.objects.values().cloned().collect(),
             endpoints: e.objects.values().cloned().collect(),
             secrets: k.objects.values().cloned().collect(),
             ignored: 0,
         };
-        let inputs = routing_inputs(&objects);
-        if published.as_ref() == Some(&inputs) {
-            continue;
-        }
         let started = Instant::now();
         for reason in publish(&gateway, &objects) {
             tracing::warn!("left out: {reason}");
@@ -156,6 +180,5 @@ pub async fn watch(
             took_us = started.elapsed().as_micros() as u64,
             "routing table published"
         );
-        published = Some(inputs);
     }
 }
