@@ -265,15 +265,12 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             }
             continue;
         }
-        // An owner deleted (a ModelReplica, a ServingStack…) leaves its
-        // objects on every target to collect; so may one the index had not
-        // seen yet when its objects were listed.
+        // An owner deleted (a ModelReplica; a ServingStack, itself owned)
+        // leaves its objects on every target to collect; so may one the
+        // index had not seen yet when its objects were listed.
         let collect_everywhere = matches!(
             (&event, &watched),
-            (
-                watcher::Event::Delete(_) | watcher::Event::InitDone,
-                Watched::Control(_)
-            )
+            (watcher::Event::Delete(_), _) | (watcher::Event::InitDone, Watched::Control(_))
         );
         let subjects = {
             let Ok(mut index) = shared.index.write() else {
