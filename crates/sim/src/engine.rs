@@ -646,6 +646,17 @@ impl http_body::Body for EngineBody {
     fn is_end_stream(&self) -> bool {
         matches!(self, EngineBody::Full(None))
     }
+
+    /// A whole answer's length is known, so it goes out with
+    /// `content-length` as vLLM's JSON responses do; a stream is chunked.
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            EngineBody::Full(bytes) => {
+                http_body::SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            EngineBody::Stream(_) => http_body::SizeHint::default(),
+        }
+    }
 }
 
 #[cfg(test)]

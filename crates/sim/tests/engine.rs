@@ -125,6 +125,49 @@ async fn streams_follow_openai_chunk_shapes() {
     );
 }
 
+/// vLLM answers a whole completion as one JSON response with its length
+/// (FastAPI's JSONResponse) and streams with chunked transfer encoding; a
+/// proxy in front sees exactly that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_answers_carry_their_length_and_streams_are_chunked() {
+    let e = engine(EngineConfig {
+        model: "m".into(),
+        output_tokens: 3,
+        ..EngineConfig::default()
+    });
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    for (stream, length, chunked) in [(false, true, false), (true, false, true)] {
+        let ask = json!({ "model": "m", "messages": [], "stream": stream });
+        let request = http::Request::post(format!("http://{}/v1/chat/completions", e.addr))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(ask.to_string())))
+            .expect("request");
+        let response = client.request(request).await.expect("response");
+        let headers = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let declared = headers
+            .get("content-length")
+            .map(|v| v.to_str().expect("ascii").parse::<usize>().expect("number"));
+        assert_eq!(declared.is_some(), length, "stream {stream}: {headers:?}");
+        if let Some(declared) = declared {
+            assert_eq!(declared, body.len());
+        }
+        assert_eq!(
+            headers
+                .get("transfer-encoding")
+                .is_some_and(|v| v == "chunked"),
+            chunked,
+            "stream {stream}: {headers:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_beyond_max_concurrency_wait_their_turn() {
     let e = engine(EngineConfig {
