@@ -457,18 +457,41 @@ fn service_path(uri: &Uri) -> Option<(String, String)> {
 /// service's prefix after routing and key scoping chose it, and encoded
 /// slashes or backslashes split segments differently on the other side.
 fn check_path(path: &str) -> Result<(), GatewayError> {
-    let lower = path.to_ascii_lowercase();
-    let encoded_separator = ["%2f", "%5c", "\\"].iter().any(|s| lower.contains(s));
-    let dot_segment = lower
-        .split('/')
-        .any(|segment| matches!(segment.replace("%2e", ".").as_str(), "." | ".."));
-    if encoded_separator || dot_segment {
+    if has_encoded_separator(path) || path.split('/').any(is_dot_segment) {
         return Err(GatewayError::new(
             ErrorKind::InvalidPath,
             "The request path may not contain `.` or `..` segments or encoded slashes.",
         ));
     }
     Ok(())
+}
+
+/// `%2f`, `%5c` (either case) or a backslash. Every request passes here,
+/// so it reads the path in place.
+fn has_encoded_separator(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    bytes.contains(&b'\\')
+        || memchr::memchr_iter(b'%', bytes).any(|i| {
+            matches!(
+                bytes.get(i + 1..i + 3),
+                Some([b'2', b'f' | b'F'] | [b'5', b'c' | b'C'])
+            )
+        })
+}
+
+/// `.` or `..`, each dot plain or encoded as `%2e` / `%2E`.
+fn is_dot_segment(segment: &str) -> bool {
+    let mut rest = segment.as_bytes();
+    let mut dots = 0;
+    while !rest.is_empty() {
+        rest = match rest {
+            [b'.', tail @ ..] => tail,
+            [b'%', b'2', b'e' | b'E', tail @ ..] => tail,
+            _ => return false,
+        };
+        dots += 1;
+    }
+    matches!(dots, 1 | 2)
 }
 
 fn content_length(headers: &HeaderMap) -> Option<u64> {
@@ -631,10 +654,11 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 /// The path an endpoint receives for `relative` (the part below the
 /// service prefix): the rewrite replaces the prefix, else the prefix stays.
 fn upstream_path(service: &Service, endpoint: &Endpoint, relative: &str) -> String {
-    match &endpoint.rewrite {
-        Some(rewrite) => format!("{}/{relative}", rewrite.trim_end_matches('/')),
-        None => format!("{}{relative}", service.prefix),
-    }
+    let (base, separator) = match &endpoint.rewrite {
+        Some(rewrite) => (rewrite.trim_end_matches('/'), "/"),
+        None => (service.prefix.as_str(), ""),
+    };
+    [base, separator, relative].concat()
 }
 
 /// A routed request, ready to send to one endpoint after another.
@@ -1280,6 +1304,9 @@ mod tests {
             "/ml/svc%2Fother/v1",
             "/ml/svc/v1%5cmodels",
             "/v1/..",
+            "/ml/svc/.%2E/other",
+            "/ml/svc/%2e",
+            "/ml/svc%2f",
         ] {
             assert!(check_path(bad).is_err(), "{bad}");
         }
@@ -1287,6 +1314,10 @@ mod tests {
             "/v1/chat/completions",
             "/ml/svc/v1/models",
             "/ml/svc/v1/a.b/..c",
+            "/ml/svc/.../v1",
+            "/ml/svc/%2e%2e%2e/v1",
+            "/ml/svc/v1/100%25",
+            "/ml/svc/v1/%",
         ] {
             assert!(check_path(good).is_ok(), "{good}");
         }
