@@ -98,6 +98,11 @@ impl Resource {
         self.group.is_empty() && self.plural == "namespaces"
     }
 
+    /// CustomResourceDefinitions: their writes change what is served.
+    pub fn is_crds(&self) -> bool {
+        self.group == "apiextensions.k8s.io" && self.plural == "customresourcedefinitions"
+    }
+
     /// Names must be DNS-1123 labels (namespaces, logical clusters) rather
     /// than subdomains.
     pub fn names_are_labels(&self) -> bool {

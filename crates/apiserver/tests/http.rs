@@ -859,6 +859,89 @@ fn gadget(name: &str, spec: Value) -> Value {
     json!({ "apiVersion": "example.com/v1", "kind": "Gadget", "metadata": { "name": name }, "spec": spec })
 }
 
+/// Each CRD write changes what is served at once, by itself: a version
+/// added, a schema changed, the CRD gone; the other CRDs stay as they were.
+#[tokio::test]
+async fn a_crds_changes_are_served_as_each_is_written() {
+    let f = Fixture::new();
+    let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+    let mut other = gadget_crd();
+    other["metadata"]["name"] = json!("gadgets.other.example.com");
+    other["spec"]["group"] = json!("other.example.com");
+    for crd in [gadget_crd(), other] {
+        assert_eq!(
+            f.call(Method::POST, crds, Some(crd)).await.0,
+            StatusCode::CREATED
+        );
+    }
+    let served = |path: &'static str| {
+        let f = &f;
+        async move { f.call(Method::GET, path, None).await.0 == StatusCode::OK }
+    };
+    assert!(!served("/apis/example.com/v2/namespaces/ns/gadgets").await);
+
+    // A second version, whose schema allows any number of replicas.
+    let mut crd = gadget_crd();
+    let mut v2 = crd["spec"]["versions"][0].clone();
+    v2["name"] = json!("v2");
+    v2["storage"] = json!(false);
+    v2["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"] = json!([]);
+    crd["spec"]["versions"]
+        .as_array_mut()
+        .expect("versions")
+        .push(v2);
+    let (code, body) = f
+        .call(
+            Method::PUT,
+            &format!("{crds}/gadgets.example.com"),
+            Some(crd),
+        )
+        .await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    assert!(served("/apis/example.com/v2/namespaces/ns/gadgets").await);
+    let mut many = gadget("many", json!({ "replicas": 50 }));
+    many["apiVersion"] = json!("example.com/v2");
+    let (code, body) = f
+        .call(
+            Method::POST,
+            "/apis/example.com/v2/namespaces/ns/gadgets",
+            Some(many),
+        )
+        .await;
+    assert_eq!(
+        code,
+        StatusCode::CREATED,
+        "v2's own schema admits it: {body}"
+    );
+    let (code, _) = f
+        .call(
+            Method::POST,
+            "/apis/example.com/v1/namespaces/ns/gadgets",
+            Some(gadget("too-many", json!({ "replicas": 50 }))),
+        )
+        .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "v1 keeps its rule");
+
+    // Gone: first its objects, then the CRD; the other CRD is still served.
+    let (code, body) = f
+        .call(
+            Method::DELETE,
+            &format!("{crds}/gadgets.other.example.com"),
+            None,
+        )
+        .await;
+    assert!(code.is_success(), "{body}");
+    for _ in 0..100 {
+        if !served("/apis/other.example.com/v1/namespaces/ns/gadgets").await {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!served("/apis/other.example.com/v1/namespaces/ns/gadgets").await);
+    assert!(served("/apis/example.com/v1/namespaces/ns/gadgets").await);
+    assert!(served("/apis/example.com/v2/namespaces/ns/gadgets").await);
+}
+
 #[tokio::test]
 async fn other_crds_get_pruning_defaults_openapi_and_cel_with_field_validation() {
     let f = Fixture::new();

@@ -104,7 +104,7 @@ pub(super) async fn delete(
         add_finalizer(&mut object, crate::gc::FOREGROUND);
     }
     // A CRD stays, held, until its objects are gone (their finalizers too).
-    let crd = target.resource.plural == "customresourcedefinitions";
+    let crd = target.resource.is_crds();
     let cleanup = crd && object["metadata"].get("deletionTimestamp").is_none();
     if cleanup {
         add_finalizer(&mut object, CRD_CLEANUP);
@@ -125,9 +125,6 @@ pub(super) async fn delete(
             return Ok(json_response(StatusCode::OK, &deleted));
         }
         spawn_collection(server, &deleted, orphan);
-        if crd {
-            server.sync_crds();
-        }
         return Ok(json_response(StatusCode::OK, &deleted));
     }
     // Finalizers hold the object: mark it, once; whoever removes the last

@@ -69,12 +69,14 @@ pub struct ApiServer {
     /// The same for the other custom kinds, from their CRDs' schemas, by
     /// `apiVersion` and plural; each kept with the schema it was compiled from.
     schemas: std::sync::RwLock<CompiledSchemas>,
-    /// Held while the resource table is rebuilt: two CRD writes rebuilding
-    /// side by side could leave the table of the one that read first.
-    syncing: std::sync::Mutex<()>,
-    /// CRD writes on their way: until the table is rebuilt after one,
-    /// it is rebuilt before it is read (a client that heard of the CRD on
-    /// a watch may ask for its kind before the write's answer is sent).
+    /// The kinds of each stored CRD, by CRD name, with the revision they
+    /// were read at: a CRD's write replaces its own entry (the newer
+    /// revision wins) without reading the others again. Held while the
+    /// table is rebuilt from it.
+    crds: std::sync::Mutex<CrdKinds>,
+    /// CRD writes on their way: until one is in the table, a kind looked
+    /// up and not found, and discovery, read the stored CRDs again (a
+    /// client that heard of the CRD on a watch may ask for its kind first).
     crd_writes: std::sync::atomic::AtomicUsize,
     /// Serves `LogicalCluster` (the root cluster of a store).
     root: bool,
@@ -88,7 +90,8 @@ pub(crate) struct CrdWrite<'a>(&'a ApiServer);
 
 impl Drop for CrdWrite<'_> {
     fn drop(&mut self) {
-        self.0.sync_crds();
+        // The write itself put the CRD in the table (`crd_stored`); a write
+        // that failed changed nothing.
         self.0
             .crd_writes
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
@@ -149,6 +152,9 @@ impl Shared {
     }
 }
 
+/// The kinds each stored CRD serves, by CRD name, with the revision read.
+type CrdKinds = BTreeMap<String, (Revision, Vec<Resource>)>;
+
 type CompiledSchemas =
     std::collections::HashMap<(String, String), (Arc<Value>, Arc<modelplane_cel::SchemaAdmission>)>;
 
@@ -168,7 +174,7 @@ impl ApiServer {
             resources: std::sync::RwLock::default(),
             shared,
             schemas: std::sync::RwLock::default(),
-            syncing: std::sync::Mutex::default(),
+            crds: std::sync::Mutex::default(),
             crd_writes: std::sync::atomic::AtomicUsize::new(0),
             root,
             watches: std::sync::atomic::AtomicUsize::new(0),
@@ -206,13 +212,39 @@ impl ApiServer {
         &self.store
     }
 
-    /// Every resource served now: the table itself, not a copy (every
-    /// request looks its resource up here).
+    /// Every resource served now: the table itself, not a copy. Read for
+    /// discovery, so a CRD write on its way is waited for.
     pub fn resources(&self) -> Arc<Vec<Resource>> {
-        if self.crd_writes.load(std::sync::atomic::Ordering::Acquire) > 0 {
+        if self.crd_writes_pending() {
             self.sync_crds();
         }
+        self.table()
+    }
+
+    fn table(&self) -> Arc<Vec<Resource>> {
         self.resources.read().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    fn crd_writes_pending(&self) -> bool {
+        self.crd_writes.load(std::sync::atomic::Ordering::Acquire) > 0
+    }
+
+    /// The resource `group/version` serves as `plural` (every request
+    /// looks its own up here). Not found while a CRD write is on its way,
+    /// the stored CRDs are read again before the answer is no.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Resource> {
+        let find = |table: &[Resource]| {
+            table
+                .iter()
+                .find(|r| r.group == group && r.version == version && r.plural == plural)
+                .cloned()
+        };
+        find(&self.table()).or_else(|| {
+            self.crd_writes_pending().then(|| {
+                self.sync_crds();
+                find(&self.table())
+            })?
+        })
     }
 
     /// Marks a CRD write on its way; the table is rebuilt when it is
@@ -225,23 +257,68 @@ impl ApiServer {
 
     /// Rebuilds the resource table from the built-ins and the stored CRDs.
     fn sync_crds(&self) {
-        let _syncing = self.syncing.lock();
-        let mut table = builtins();
-        if self.root {
-            table.push(crate::clusters::resource());
+        let Ok(mut crds) = self.crds.lock() else {
+            return;
+        };
+        if let Ok((_, stored)) = self.store.list(CRD_PREFIX, None, None) {
+            *crds = stored.iter().filter_map(|s| self.crd_entry(s)).collect();
         }
-        if let Ok((_, crds)) = self.store.list(CRD_PREFIX, None, None) {
-            for stored in crds {
-                if let Ok(crd) = serde_json::from_slice::<Value>(&stored.value) {
-                    table.extend(crate::crd::resources(&crd));
-                }
-            }
+        self.publish(&crds);
+    }
+
+    /// A CRD was created or changed: its kinds replace what it served at an
+    /// older revision.
+    pub(crate) fn crd_stored(&self, stored: &Stored) {
+        let Some((name, entry)) = self.crd_entry(stored) else {
+            return;
+        };
+        let Ok(mut crds) = self.crds.lock() else {
+            return;
+        };
+        if crds
+            .get(&name)
+            .is_some_and(|(read_at, _)| *read_at >= entry.0)
+        {
+            return;
         }
-        for resource in &mut table {
+        crds.insert(name, entry);
+        self.publish(&crds);
+    }
+
+    /// A CRD was deleted at `revision`: its kinds are no longer served.
+    pub(crate) fn crd_deleted(&self, name: &str, revision: Revision) {
+        let Ok(mut crds) = self.crds.lock() else {
+            return;
+        };
+        if crds
+            .get(name)
+            .is_some_and(|(read_at, _)| *read_at < revision)
+        {
+            crds.remove(name);
+            self.publish(&crds);
+        }
+    }
+
+    /// A stored CRD's name and kinds, their schemas shared store-wide.
+    fn crd_entry(&self, stored: &Stored) -> Option<(String, (Revision, Vec<Resource>))> {
+        let crd: Value = serde_json::from_slice(&stored.value).ok()?;
+        let name = crd["metadata"]["name"].as_str()?.to_string();
+        let mut resources = crate::crd::resources(&crd);
+        for resource in &mut resources {
             if let Some(schema) = &resource.schema {
                 resource.schema = Some(self.shared.intern(schema));
             }
         }
+        Some((name, (stored.revision, resources)))
+    }
+
+    /// Serves the built-ins and the kinds of `crds`.
+    fn publish(&self, crds: &CrdKinds) {
+        let mut table = builtins();
+        if self.root {
+            table.push(crate::clusters::resource());
+        }
+        table.extend(crds.values().flat_map(|(_, kinds)| kinds.iter().cloned()));
         self.compile_schemas(&table);
         if let Ok(mut resources) = self.resources.write() {
             *resources = Arc::new(table);

@@ -191,10 +191,7 @@ pub(super) fn parse_target(server: &ApiServer, path: &str) -> Result<Target, Fai
         namespace
     };
     let resource = server
-        .resources()
-        .iter()
-        .find(|r| r.group == group && r.version == version && r.plural == plural)
-        .cloned()
+        .resource(group, version, plural)
         .ok_or_else(not_found)?;
     let (status, scale, log) = match sub {
         None => (false, false, false),

@@ -13,7 +13,8 @@ pub(super) async fn write(
     if target.options.dry_run {
         return dry_write(server, target, name, w);
     }
-    server
+    let deleting = matches!(w, Write::Delete { .. });
+    let stored = server
         .store
         .submit(w)
         .await
@@ -34,7 +35,15 @@ pub(super) async fn write(
                 race,
                 ..store_failure(target, name, e)
             }
-        })
+        })?;
+    if target.resource.is_crds() {
+        if deleting {
+            server.crd_deleted(name, stored.revision);
+        } else {
+            server.crd_stored(&stored);
+        }
+    }
+    Ok(stored)
 }
 
 /// What `w` would store, checked against the current state (existence,
@@ -138,7 +147,7 @@ pub(super) async fn create(
         target.scope(),
         &target.structure(),
     );
-    let is_crd = target.resource.plural == "customresourcedefinitions";
+    let is_crd = target.resource.is_crds();
     if is_crd {
         crate::crd::accept(&mut object, &now);
     }
@@ -220,9 +229,8 @@ pub(super) async fn update_to(
     }
     // A CRD written unchanged (a chart re-applied) serves what it served:
     // rebuilding the table reads and parses every CRD of the cluster.
-    let crd_write = (target.resource.plural == "customresourcedefinitions"
-        && change == Change::Changed)
-        .then(|| server.crd_write());
+    let crd_write =
+        (target.resource.is_crds() && change == Change::Changed).then(|| server.crd_write());
     let response = store_update(server, target, name, old, new, change, expected).await?;
     drop(crd_write);
     Ok(with_warnings(response, &warnings))
@@ -437,7 +445,7 @@ pub(super) async fn server_side_apply(
         let (mut object, warnings) = admit(server, target, object, None)?;
         crate::object::builtin_defaults(&mut object, &target.resource);
         object["metadata"]["managedFields"] = managed;
-        let is_crd = target.resource.plural == "customresourcedefinitions";
+        let is_crd = target.resource.is_crds();
         if is_crd {
             crate::crd::accept(&mut object, &now);
         }
