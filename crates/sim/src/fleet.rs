@@ -254,7 +254,7 @@ enum Effect {
 /// One step to carry out.
 struct Work {
     index: usize,
-    object: Value,
+    object: Arc<Value>,
     effect: Option<Effect>,
     status: Option<Value>,
 }
@@ -276,7 +276,7 @@ struct Fleet {
     since: HashMap<Key, Duration>,
     wakes: BTreeMap<Duration, BTreeSet<Key>>,
     dirty: BTreeSet<Key>,
-    gone: Vec<(usize, Value)>,
+    gone: Vec<(usize, Arc<Value>)>,
     /// Statuses to write besides the plan's (Faults').
     pending_status: Vec<(usize, Value, Value)>,
 }
@@ -400,7 +400,7 @@ impl Fleet {
             .into_iter()
             .map(|(index, object, status)| Work {
                 index,
-                object,
+                object: Arc::new(object),
                 effect: None,
                 status: Some(status),
             })
@@ -543,7 +543,7 @@ impl Fleet {
         if EXTRA.contains(&key.0) {
             return None;
         }
-        let object = self.objects.at(key)?.clone();
+        let object = self.objects.shared(key)?;
         let kind = &KINDS[key.0];
         if kind.kind == "Provider" {
             return Some(self.provider_health(key, object));
@@ -671,7 +671,7 @@ impl Fleet {
         }
     }
 
-    fn gone_effect(&self, index: usize, object: &Value) -> Option<Work> {
+    fn gone_effect(&self, index: usize, object: &Arc<Value>) -> Option<Work> {
         let kind = KINDS.get(index)?;
         let group = group_label(object)
             .or(object["metadata"]["name"].as_str())
@@ -696,7 +696,7 @@ impl Fleet {
         })
     }
 
-    fn provider_health(&self, key: &Key, object: Value) -> Work {
+    fn provider_health(&self, key: &Key, object: Arc<Value>) -> Work {
         let running = self.provider_running(&key.2);
         let installed =
             json!({ "type": "Installed", "status": "True", "reason": "ActivePackageRevision" });
@@ -729,7 +729,7 @@ impl Fleet {
 
     /// A Helm release: its provider config's kubeconfig Secret must exist;
     /// an unknown chart fails; installing takes the profile's release time.
-    fn plan_release(&mut self, key: &Key, object: Value, now: Duration) -> Option<Work> {
+    fn plan_release(&mut self, key: &Key, object: Arc<Value>, now: Duration) -> Option<Work> {
         let running = self.provider_running("provider-helm");
         let chart_name = object["spec"]["forProvider"]["chart"]["name"]
             .as_str()

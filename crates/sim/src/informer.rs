@@ -3,6 +3,7 @@
 //! reaches one loop that owns the snapshot.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use futures_util::StreamExt;
 use kube::Client;
@@ -79,7 +80,9 @@ pub fn key_of(index: usize, object: &Value) -> Key {
 /// What the watches have shown.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    objects: BTreeMap<Key, Value>,
+    /// Shared with what is planned from them, which most often is nothing:
+    /// an object is not copied to be looked at.
+    objects: BTreeMap<Key, Arc<Value>>,
     relisting: HashMap<usize, BTreeSet<Key>>,
 }
 
@@ -87,9 +90,9 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub enum Touched {
     /// `key` is now `object`.
-    Applied(Key, Value),
+    Applied(Key, Arc<Value>),
     /// `key` was `object` and is gone.
-    Deleted(Key, Value),
+    Deleted(Key, Arc<Value>),
 }
 
 impl Snapshot {
@@ -101,13 +104,14 @@ impl Snapshot {
                 if let Some(seen) = self.relisting.get_mut(&index) {
                     seen.insert(key.clone());
                 }
+                let object = Arc::new(object);
                 self.objects.insert(key.clone(), object.clone());
                 vec![Touched::Applied(key, object)]
             }
             Change::Delete(index, object) => {
                 let key = key_of(index, &object);
                 self.objects.remove(&key);
-                vec![Touched::Deleted(key, object)]
+                vec![Touched::Deleted(key, Arc::new(object))]
             }
             Change::Relisting(index) => {
                 self.relisting.insert(index, BTreeSet::new());
@@ -136,11 +140,17 @@ impl Snapshot {
     pub fn get(&self, index: usize, namespace: &str, name: &str) -> Option<&Value> {
         self.objects
             .get(&(index, namespace.to_string(), name.to_string()))
+            .map(|o| &**o)
     }
 
     /// The object at `key`.
     pub fn at(&self, key: &Key) -> Option<&Value> {
-        self.objects.get(key)
+        self.objects.get(key).map(|o| &**o)
+    }
+
+    /// The object at `key`, shared.
+    pub fn shared(&self, key: &Key) -> Option<Arc<Value>> {
+        self.objects.get(key).cloned()
     }
 
     /// Every object of kind `index`.
@@ -149,6 +159,7 @@ impl Snapshot {
         self.objects
             .range(start..)
             .take_while(move |(k, _)| k.0 == index)
+            .map(|(k, o)| (k, &**o))
     }
 
     /// Every key.
@@ -158,7 +169,7 @@ impl Snapshot {
 
     /// Every object.
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &Value)> {
-        self.objects.iter()
+        self.objects.iter().map(|(k, o)| (k, &**o))
     }
 }
 
