@@ -799,23 +799,27 @@ fn placement_view(cluster: &Value) -> Value {
 /// Whether `known` (uid, resourceVersion) is a later version of the same
 /// object than `incoming`, as [`is_newer`] judges.
 fn is_later(known: &(String, String), incoming: &Value) -> bool {
-    let known = serde_json::json!({ "metadata": { "uid": known.0, "resourceVersion": known.1 } });
-    is_newer(&known, incoming)
+    let metadata = &incoming["metadata"];
+    metadata["uid"] == known.0.as_str()
+        && newer_version(Some(&known.1), metadata["resourceVersion"].as_str())
 }
 
 /// Whether `known` is a later version of the same object than `incoming`.
+fn is_newer(known: &Value, incoming: &Value) -> bool {
+    let (known, incoming) = (&known["metadata"], &incoming["metadata"]);
+    known["uid"] == incoming["uid"]
+        && newer_version(
+            known["resourceVersion"].as_str(),
+            incoming["resourceVersion"].as_str(),
+        )
+}
+
 /// resourceVersions are opaque to clients, but every server Modelplane
 /// talks to (etcd's revisions, the embedded store's) numbers them in
 /// order; one that is not a number is never judged older.
-fn is_newer(known: &Value, incoming: &Value) -> bool {
-    let version = |o: &Value| {
-        o["metadata"]["resourceVersion"]
-            .as_str()?
-            .parse::<u64>()
-            .ok()
-    };
-    known["metadata"]["uid"] == incoming["metadata"]["uid"]
-        && matches!((version(known), version(incoming)), (Some(k), Some(i)) if k > i)
+fn newer_version(known: Option<&str>, incoming: Option<&str>) -> bool {
+    let number = |v: Option<&str>| v?.parse::<u64>().ok();
+    matches!((number(known), number(incoming)), (Some(k), Some(i)) if k > i)
 }
 
 #[cfg(test)]

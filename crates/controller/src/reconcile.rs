@@ -124,9 +124,10 @@ struct Plan {
     /// Those of them marked as draining.
     draining: BTreeSet<(Target, ObjectRef)>,
     readiness: crate::status::Readiness,
-    /// Whether it writes a ModelReplica (a new one, or one placed or sized
-    /// anew under the same name): a placement, which books GPUs.
-    places: bool,
+    /// The ModelReplicas it writes (new ones, or ones placed or sized anew
+    /// under the same name), as indices of `composition.desired`: a
+    /// placement, which books GPUs.
+    placing: Vec<usize>,
     /// Whether the subject is an object with a status (the providers on
     /// demand are not).
     has_status: bool,
@@ -235,14 +236,22 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         });
     let (ready, unready) = index.world.readiness(&composition);
     let readiness = crate::status::Readiness { ready, unready };
+    let placing = composition
+        .desired
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| {
+            d.target == Target::ControlPlane
+                && d.kind() == "ModelReplica"
+                && !unchanged.contains(&(d.target.clone(), ObjectRef::of(&d.object)))
+        })
+        .map(|(i, _)| i)
+        .collect();
     Some(Plan {
         fields_first: matches!(subject, Subject::Cloud(..)),
         has_status,
         seen,
-        places: composition.desired.iter().any(|d| {
-            d.kind() == "ModelReplica"
-                && !unchanged.contains(&(d.target.clone(), ObjectRef::of(&d.object)))
-        }),
+        placing,
         readiness,
         composition,
         owner,
@@ -299,16 +308,9 @@ impl Failures {
 fn book_new_replicas(shared: &Shared, plan: &Plan) -> Option<Vec<Value>> {
     let mut index = shared.index.write().ok()?;
     let placing: Vec<Value> = plan
-        .composition
-        .desired
+        .placing
         .iter()
-        .filter(|d| d.target == Target::ControlPlane && d.kind() == "ModelReplica")
-        .filter(|d| {
-            !plan
-                .unchanged
-                .contains(&(d.target.clone(), ObjectRef::of(&d.object)))
-        })
-        .map(|d| owned(d.object.clone(), &plan.uid))
+        .map(|&i| owned(plan.composition.desired[i].object.clone(), &plan.uid))
         .collect();
     let existing = |r: &Value| {
         index
@@ -346,7 +348,7 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     // booked in the index (where the next plan counts them), before they
     // are written; a plan that moves a replica that exists keeps it until
     // written.
-    let (plan, mut placing) = if first.places {
+    let (plan, mut placing) = if !first.placing.is_empty() {
         let turn = shared.placing.lock().await;
         let Some(again) = plan(shared, subject) else {
             return Ok(());

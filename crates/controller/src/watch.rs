@@ -237,12 +237,13 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             // A CRD's change concerns its group's kinds only; the
             // subjects on the target are looked at again when one of them
             // had been found missing (or one is removed).
+            fn group(crd: &DynamicObject) -> &str {
+                crd.data["spec"]["group"].as_str().unwrap_or_default()
+            }
             let requeue = match &event {
-                watcher::Event::Apply(crd) => {
-                    connection.forget_group(crd.data["spec"]["group"].as_str().unwrap_or_default())
-                }
+                watcher::Event::Apply(crd) => connection.forget_group(group(crd)),
                 watcher::Event::Delete(crd) => {
-                    connection.forget_group(crd.data["spec"]["group"].as_str().unwrap_or_default());
+                    connection.forget_group(group(crd));
                     true
                 }
                 watcher::Event::InitDone => {
