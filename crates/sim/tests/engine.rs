@@ -19,6 +19,18 @@ async fn call(
     body: Value,
     auth: Option<&str>,
 ) -> (u16, String) {
+    let (status, _, body) = exchange(engine, method, path, body, auth).await;
+    (status, body)
+}
+
+/// [`call`] with the response's headers.
+async fn exchange(
+    engine: &EngineHandle,
+    method: &str,
+    path: &str,
+    body: Value,
+    auth: Option<&str>,
+) -> (u16, http::HeaderMap, String) {
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build_http();
     let mut request = http::Request::builder()
@@ -38,13 +50,18 @@ async fn call(
         .await
         .expect("response");
     let status = response.status().as_u16();
+    let headers = response.headers().clone();
     let bytes = response
         .into_body()
         .collect()
         .await
         .expect("body")
         .to_bytes();
-    (status, String::from_utf8_lossy(&bytes).into_owned())
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
 }
 
 fn engine(config: EngineConfig) -> EngineHandle {
@@ -135,22 +152,9 @@ async fn whole_answers_carry_their_length_and_streams_are_chunked() {
         output_tokens: 3,
         ..EngineConfig::default()
     });
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(TokioExecutor::new()).build_http();
     for (stream, length, chunked) in [(false, true, false), (true, false, true)] {
         let ask = json!({ "model": "m", "messages": [], "stream": stream });
-        let request = http::Request::post(format!("http://{}/v1/chat/completions", e.addr))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(ask.to_string())))
-            .expect("request");
-        let response = client.request(request).await.expect("response");
-        let headers = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .expect("body")
-            .to_bytes();
+        let (_, headers, body) = exchange(&e, "POST", "/v1/chat/completions", ask, None).await;
         let declared = headers
             .get("content-length")
             .map(|v| v.to_str().expect("ascii").parse::<usize>().expect("number"));
