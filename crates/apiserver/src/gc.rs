@@ -129,7 +129,8 @@ async fn collect_one(
         };
         let deleted = matches!(write, Write::Delete { .. });
         match server.store().submit(write).await {
-            Ok(Ok(_)) => {
+            Ok(Ok(stored)) => {
+                server.crd_written(&stored, deleted);
                 if deleted {
                     Box::pin(collect(server.clone(), uid, false)).await;
                 }
@@ -212,7 +213,8 @@ pub async fn finish_foreground(server: Arc<ApiServer>, key: String) {
             };
             let deleted = matches!(write, Write::Delete { .. });
             match server.store().submit(write).await {
-                Ok(Ok(_)) => {
+                Ok(Ok(stored)) => {
+                    server.crd_written(&stored, deleted);
                     if deleted {
                         collect(server.clone(), uid, false).await;
                     }

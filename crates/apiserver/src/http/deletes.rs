@@ -285,8 +285,9 @@ pub(super) async fn delete_custom_objects(server: Arc<ApiServer>, key: String) {
                     expected: Some(stored.revision),
                 }
             };
-            if let Ok(Ok(_)) = server.store.submit(write).await {
-                server.sync_crds();
+            let deleted = matches!(write, Write::Delete { .. });
+            if let Ok(Ok(stored)) = server.store.submit(write).await {
+                server.crd_written(&stored, deleted);
                 return;
             }
             continue;

@@ -29,6 +29,7 @@ mod admission;
 mod deletes;
 mod documents;
 mod reads;
+mod served;
 mod target;
 mod watches;
 mod writes;
@@ -69,15 +70,15 @@ pub struct ApiServer {
     /// The same for the other custom kinds, from their CRDs' schemas, by
     /// `apiVersion` and plural; each kept with the schema it was compiled from.
     schemas: std::sync::RwLock<CompiledSchemas>,
-    /// The kinds of each stored CRD, by CRD name, with the revision they
-    /// were read at: a CRD's write replaces its own entry (the newer
-    /// revision wins) without reading the others again. Held while the
-    /// table is rebuilt from it.
-    crds: std::sync::Mutex<CrdKinds>,
-    /// CRD writes on their way: until one is in the table, a kind looked
-    /// up and not found, and discovery, read the stored CRDs again (a
-    /// client that heard of the CRD on a watch may ask for its kind first).
-    crd_writes: std::sync::atomic::AtomicUsize,
+    /// The kinds of each stored CRD: a CRD's write replaces its own entry
+    /// without reading the others again. Held while the table is rebuilt
+    /// from it.
+    crds: std::sync::Mutex<served::CrdKinds>,
+    /// The groups of the CRD writes on their way: until a write is in the
+    /// table, discovery and a request for a kind of its group read the
+    /// stored CRDs again (a client that heard of the CRD on a watch may ask
+    /// for its kind first).
+    crd_writes: std::sync::Mutex<Vec<String>>,
     /// Serves `LogicalCluster` (the root cluster of a store).
     root: bool,
     /// Watches open now, and how many may be ([`MAX_WATCHES`] by default).
@@ -86,16 +87,28 @@ pub struct ApiServer {
 }
 
 /// A CRD write on its way (see [`ApiServer::crd_write`]).
-pub(crate) struct CrdWrite<'a>(&'a ApiServer);
+pub(crate) struct CrdWrite<'a> {
+    server: &'a ApiServer,
+    group: String,
+}
 
 impl Drop for CrdWrite<'_> {
     fn drop(&mut self) {
-        // The write itself put the CRD in the table (`crd_stored`); a write
+        // The write itself put the CRD in the table (`crd_written`); a write
         // that failed changed nothing.
-        self.0
-            .crd_writes
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        let mut writes = lock(&self.server.crd_writes);
+        if let Some(at) = writes.iter().position(|g| *g == self.group) {
+            writes.swap_remove(at);
+        }
     }
+}
+
+/// A lock whose holder panicked is still taken: what it guards is rebuilt
+/// whole by each holder.
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Kept once per store, for every cluster in it: Modelplane's admission
@@ -152,9 +165,6 @@ impl Shared {
     }
 }
 
-/// The kinds each stored CRD serves, by CRD name, with the revision read.
-type CrdKinds = BTreeMap<String, (Revision, Vec<Resource>)>;
-
 type CompiledSchemas =
     std::collections::HashMap<(String, String), (Arc<Value>, Arc<modelplane_cel::SchemaAdmission>)>;
 
@@ -175,7 +185,7 @@ impl ApiServer {
             shared,
             schemas: std::sync::RwLock::default(),
             crds: std::sync::Mutex::default(),
-            crd_writes: std::sync::atomic::AtomicUsize::new(0),
+            crd_writes: std::sync::Mutex::default(),
             root,
             watches: std::sync::atomic::AtomicUsize::new(0),
             watch_limit: std::sync::atomic::AtomicUsize::new(MAX_WATCHES),
@@ -215,7 +225,7 @@ impl ApiServer {
     /// Every resource served now: the table itself, not a copy. Read for
     /// discovery, so a CRD write on its way is waited for.
     pub fn resources(&self) -> Arc<Vec<Resource>> {
-        if self.crd_writes_pending() {
+        if !lock(&self.crd_writes).is_empty() {
             self.sync_crds();
         }
         self.table()
@@ -225,82 +235,59 @@ impl ApiServer {
         self.resources.read().map(|r| r.clone()).unwrap_or_default()
     }
 
-    fn crd_writes_pending(&self) -> bool {
-        self.crd_writes.load(std::sync::atomic::Ordering::Acquire) > 0
-    }
-
     /// The resource `group/version` serves as `plural` (every request
-    /// looks its own up here). Not found while a CRD write is on its way,
-    /// the stored CRDs are read again before the answer is no.
+    /// looks its own up here); while a CRD of `group` is being written, as
+    /// stored now.
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Resource> {
-        let find = |table: &[Resource]| {
-            table
-                .iter()
-                .find(|r| r.group == group && r.version == version && r.plural == plural)
-                .cloned()
-        };
-        find(&self.table()).or_else(|| {
-            self.crd_writes_pending().then(|| {
-                self.sync_crds();
-                find(&self.table())
-            })?
-        })
+        if lock(&self.crd_writes).iter().any(|g| g == group) {
+            self.sync_crds();
+        }
+        self.table()
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+            .cloned()
     }
 
-    /// Marks a CRD write on its way; the table is rebuilt when it is
-    /// dropped, after the write.
-    pub(crate) fn crd_write(&self) -> CrdWrite<'_> {
-        self.crd_writes
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        CrdWrite(self)
+    /// Marks a write of a CRD of `group` on its way, until dropped (after
+    /// the write).
+    pub(crate) fn crd_write(&self, group: &str) -> CrdWrite<'_> {
+        lock(&self.crd_writes).push(group.to_string());
+        CrdWrite {
+            server: self,
+            group: group.to_string(),
+        }
     }
 
     /// Rebuilds the resource table from the built-ins and the stored CRDs.
     fn sync_crds(&self) {
-        let Ok(mut crds) = self.crds.lock() else {
-            return;
-        };
-        if let Ok((_, stored)) = self.store.list(CRD_PREFIX, None, None) {
-            *crds = stored.iter().filter_map(|s| self.crd_entry(s)).collect();
+        let mut crds = lock(&self.crds);
+        if let Ok((at, stored)) = self.store.list(CRD_PREFIX, None, None) {
+            crds.listed(at, stored.iter().filter_map(|s| self.crd_entry(s)));
         }
         self.publish(&crds);
     }
 
-    /// A CRD was created or changed: its kinds replace what it served at an
-    /// older revision.
-    pub(crate) fn crd_stored(&self, stored: &Stored) {
-        let Some((name, entry)) = self.crd_entry(stored) else {
+    /// Keeps the table in step with a write to the store at `stored.key`
+    /// (by any path: requests, collection, a CRD's cleanup), if a CRD's.
+    pub(crate) fn crd_written(&self, stored: &Stored, deleted: bool) {
+        let Some(name) = stored.key.strip_prefix(CRD_PREFIX) else {
             return;
         };
-        let Ok(mut crds) = self.crds.lock() else {
-            return;
-        };
-        if crds
-            .get(&name)
-            .is_some_and(|(read_at, _)| *read_at >= entry.0)
-        {
-            return;
-        }
-        crds.insert(name, entry);
-        self.publish(&crds);
-    }
-
-    /// A CRD was deleted at `revision`: its kinds are no longer served.
-    pub(crate) fn crd_deleted(&self, name: &str, revision: Revision) {
-        let Ok(mut crds) = self.crds.lock() else {
-            return;
-        };
-        if crds
-            .get(name)
-            .is_some_and(|(read_at, _)| *read_at < revision)
-        {
-            crds.remove(name);
-            self.publish(&crds);
+        if deleted {
+            let mut crds = lock(&self.crds);
+            if crds.deleted(name, stored.revision) {
+                self.publish(&crds);
+            }
+        } else if let Some((name, revision, kinds)) = self.crd_entry(stored) {
+            let mut crds = lock(&self.crds);
+            if crds.stored(name, revision, kinds) {
+                self.publish(&crds);
+            }
         }
     }
 
     /// A stored CRD's name and kinds, their schemas shared store-wide.
-    fn crd_entry(&self, stored: &Stored) -> Option<(String, (Revision, Vec<Resource>))> {
+    fn crd_entry(&self, stored: &Stored) -> Option<(String, Revision, Vec<Resource>)> {
         let crd: Value = serde_json::from_slice(&stored.value).ok()?;
         let name = crd["metadata"]["name"].as_str()?.to_string();
         let mut resources = crate::crd::resources(&crd);
@@ -309,16 +296,16 @@ impl ApiServer {
                 resource.schema = Some(self.shared.intern(schema));
             }
         }
-        Some((name, (stored.revision, resources)))
+        Some((name, stored.revision, resources))
     }
 
     /// Serves the built-ins and the kinds of `crds`.
-    fn publish(&self, crds: &CrdKinds) {
+    fn publish(&self, crds: &served::CrdKinds) {
         let mut table = builtins();
         if self.root {
             table.push(crate::clusters::resource());
         }
-        table.extend(crds.values().flat_map(|(_, kinds)| kinds.iter().cloned()));
+        table.extend(crds.kinds().cloned());
         self.compile_schemas(&table);
         if let Ok(mut resources) = self.resources.write() {
             *resources = Arc::new(table);

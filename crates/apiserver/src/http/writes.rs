@@ -36,13 +36,7 @@ pub(super) async fn write(
                 ..store_failure(target, name, e)
             }
         })?;
-    if target.resource.is_crds() {
-        if deleting {
-            server.crd_deleted(name, stored.revision);
-        } else {
-            server.crd_stored(&stored);
-        }
-    }
+    server.crd_written(&stored, deleting);
     Ok(stored)
 }
 
@@ -159,7 +153,7 @@ pub(super) async fn create(
         .unwrap_or_default()
         .to_string();
     let key = target.resource.key(target.namespace.as_deref(), &name);
-    let crd_write = is_crd.then(|| server.crd_write());
+    let crd_write = is_crd.then(|| server.crd_write(crd_group(&object)));
     let stored = write(
         server,
         target,
@@ -227,10 +221,9 @@ pub(super) async fn update_to(
             &target.structure(),
         );
     }
-    // A CRD written unchanged (a chart re-applied) serves what it served:
-    // rebuilding the table reads and parses every CRD of the cluster.
-    let crd_write =
-        (target.resource.is_crds() && change == Change::Changed).then(|| server.crd_write());
+    // A CRD written unchanged (a chart re-applied) serves what it served.
+    let crd_write = (target.resource.is_crds() && change == Change::Changed)
+        .then(|| server.crd_write(crd_group(&new)));
     let response = store_update(server, target, name, old, new, change, expected).await?;
     drop(crd_write);
     Ok(with_warnings(response, &warnings))
@@ -453,7 +446,7 @@ pub(super) async fn server_side_apply(
             crate::namespaces::activate(&mut object);
         }
         let key = target.resource.key(target.namespace.as_deref(), name);
-        let crd_write = is_crd.then(|| server.crd_write());
+        let crd_write = is_crd.then(|| server.crd_write(crd_group(&object)));
         let stored = write(
             server,
             target,
@@ -682,4 +675,9 @@ pub(super) async fn patch(
         },
     )
     .await
+}
+
+/// The API group a CRD serves.
+fn crd_group(crd: &Value) -> &str {
+    crd["spec"]["group"].as_str().unwrap_or_default()
 }
