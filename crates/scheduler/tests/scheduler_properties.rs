@@ -6,7 +6,9 @@ use std::collections::HashMap;
 
 use common::*;
 use modelplane_api::types::Role;
-use modelplane_scheduler::{Cluster, Deployment, ExistingReplica, Options, Schedule, schedule};
+use modelplane_scheduler::{
+    Cluster, Deployment, DropReason, ExistingReplica, Options, Schedule, schedule,
+};
 use proptest::prelude::*;
 
 /// (nodes, GPUs per node, GiB per GPU).
@@ -223,12 +225,15 @@ proptest! {
         // Nothing the first placed moves.
         let kept = strip(&second);
         prop_assert!(strip(&first).iter().all(|p| kept.contains(p)), "{:?} not all in {:?}", strip(&first), kept);
-        // A replica the first dropped (a duplicate of a kept one) still held
-        // its nodes then, so the first may have left a replica unplaced that
-        // the second, without it, places; from there on nothing changes.
-        let (settled, again) = if first.dropped.is_empty() {
+        // A duplicate of a kept replica, dropped by the first, still held its
+        // nodes then, so the first may have left a replica unplaced that the
+        // second, without it, places (one per duplicate at most); from there
+        // on nothing changes.
+        let duplicates = first.dropped.iter().filter(|d| d.reason == DropReason::Duplicate).count();
+        let (settled, again) = if duplicates == 0 {
             (first, second)
         } else {
+            prop_assert!(second.placements.len() <= first.placements.len() + duplicates);
             let third = again(&second);
             (second, third)
         };
