@@ -110,7 +110,8 @@ fn drop_empty_collections(meta: &mut Map<String, Value>) {
 
 /// Readies a new object for storage: checks its name (or generates one) and
 /// namespace, sets the server-owned metadata, and drops `status` when the
-/// resource has a status subresource.
+/// resource has a status subresource (a Node's excepted: see
+/// [`Resource::keeps_status_on_create`]).
 pub fn prepare_create(
     object: &mut Value,
     resource: &Resource,
@@ -125,6 +126,7 @@ pub fn prepare_create(
     object["apiVersion"] = json!(resource.api_version());
     object["kind"] = json!(resource.kind);
     if resource.status
+        && !resource.keeps_status_on_create()
         && let Some(o) = object.as_object_mut()
     {
         o.remove("status");

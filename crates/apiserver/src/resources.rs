@@ -60,6 +60,14 @@ pub struct ScalePaths {
 }
 
 impl Resource {
+    /// Whether a create keeps the object's `status`: a kubelet registers
+    /// its Node with the node's status in one create, which kube-apiserver's
+    /// node strategy keeps; every other kind with a status subresource
+    /// starts without one.
+    pub fn keeps_status_on_create(&self) -> bool {
+        self.group.is_empty() && self.plural == "nodes"
+    }
+
     /// `group/version`, or `version` for the core group.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {

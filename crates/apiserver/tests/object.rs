@@ -120,6 +120,32 @@ fn create_drops_status_when_the_resource_has_a_status_subresource() {
     assert!(object.get("status").is_none());
 }
 
+/// A kubelet registers its Node in one create that carries the node's
+/// status (capacity, conditions, addresses): kube-apiserver's node strategy
+/// keeps it, unlike every other kind with a status subresource.
+#[test]
+fn a_node_is_created_with_the_status_its_kubelet_registers() {
+    let status = json!({
+        "capacity": { "cpu": "8" },
+        "conditions": [{ "type": "Ready", "status": "True" }],
+    });
+    let node = created(
+        "nodes",
+        json!({ "metadata": { "name": "n1" }, "status": status }),
+        None,
+    );
+    assert_eq!(node["status"], status);
+    let pod = created(
+        "pods",
+        json!({ "metadata": { "name": "p" }, "spec": {}, "status": { "phase": "Running" } }),
+        Some("ns"),
+    );
+    assert!(
+        pod.get("status").is_none(),
+        "a pod's status is not the creator's to set"
+    );
+}
+
 #[test]
 fn generation_moves_with_the_spec_not_with_metadata_or_status() {
     let deployments = resource("deployments");
