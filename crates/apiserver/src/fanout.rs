@@ -80,6 +80,7 @@ mod tests {
             revision: 1,
             value: Arc::from(&b"{}"[..]),
             prev: None,
+            rendered: Default::default(),
         }
     }
 

@@ -114,7 +114,30 @@ pub struct Event {
     /// events); `None` otherwise, and for events read back from the log
     /// (see [`Store::value_before`]).
     pub prev: Option<Arc<[u8]>>,
+    /// The event as the API layer sends it to a plain watch, made by the
+    /// first watcher that sends it and shared by every other.
+    pub rendered: Rendered,
 }
+
+/// A rendering of an event, shared by its clones (each watcher receives
+/// one). A cache: events are equal whether or not it is filled.
+#[derive(Clone, Debug, Default)]
+pub struct Rendered(Arc<std::sync::OnceLock<bytes::Bytes>>);
+
+impl Rendered {
+    /// The rendering, made by `render` if no clone made it yet.
+    pub fn get_or_init(&self, render: impl FnOnce() -> bytes::Bytes) -> bytes::Bytes {
+        self.0.get_or_init(render).clone()
+    }
+}
+
+impl PartialEq for Rendered {
+    fn eq(&self, _: &Rendered) -> bool {
+        true
+    }
+}
+
+impl Eq for Rendered {}
 
 /// A live object.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -468,6 +491,7 @@ impl Store {
                         kind: EventKind::from_code(r.get(2)?),
                         value: Arc::from(r.get::<_, Vec<u8>>(3)?),
                         prev: None,
+                        rendered: Rendered::default(),
                     })
                 })?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -598,6 +622,7 @@ fn apply(tx: &rusqlite::Transaction<'_>, write: &Write, next: Revision) -> Resul
         revision: next,
         value: Arc::from(value),
         prev,
+        rendered: Rendered::default(),
     })
 }
 

@@ -100,6 +100,7 @@ pub(super) fn watch(
                             revision: st.revision,
                             value: st.value,
                             prev: None,
+                            rendered: Default::default(),
                         })
                         .collect();
                     Ok((rev, added))
@@ -213,6 +214,28 @@ pub(super) enum Form {
 }
 
 pub(super) fn render_event(event: &Event, filter: &Filter, form: &Form) -> Option<Bytes> {
+    // Most watches take every change of their kind whole: the line is the
+    // same for all of them, made once.
+    if !(matches!(form, Form::Full) && filter.is_empty()) {
+        return render_filtered(event, filter, form);
+    }
+    let kind = match event.kind {
+        EventKind::Added => "ADDED",
+        EventKind::Modified => "MODIFIED",
+        EventKind::Deleted => "DELETED",
+    };
+    let line = event.rendered.get_or_init(|| {
+        let Ok(mut object) = serde_json::from_slice::<Value>(&event.value) else {
+            return Bytes::new();
+        };
+        set_resource_version(&mut object, event.revision);
+        event_line(kind, &object)
+    });
+    // A value that does not parse is not sent (as below).
+    (!line.is_empty()).then_some(line)
+}
+
+fn render_filtered(event: &Event, filter: &Filter, form: &Form) -> Option<Bytes> {
     let parse = |raw: &[u8], revision: Revision| -> Option<Value> {
         let mut object: Value = serde_json::from_slice(raw).ok()?;
         set_resource_version(&mut object, revision);

@@ -32,18 +32,9 @@ pub fn check(api_version: &str, kind: &str, object: &mut Value) -> Option<Result
             json_type(object)
         )));
     };
-    // The type meta is not part of the message.
-    let mut rest: Map<String, Value> = fields
-        .iter()
-        .filter(|(k, _)| *k != "apiVersion" && *k != "kind")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if let Err(e) = walk_object(schema, &message, &mut rest, kind, "", &mut read) {
+    // The type meta is not part of the message: read in place, around it.
+    if let Err(e) = walk_fields(schema, &message, fields, kind, "", &mut read, TYPE_META) {
         return Some(Err(e));
-    }
-    fields.retain(|k, _| k == "apiVersion" || k == "kind" || rest.contains_key(k));
-    for (k, v) in rest {
-        fields.insert(k, v);
     }
     Some(Ok(read))
 }
@@ -88,6 +79,9 @@ fn field_of(
         })
 }
 
+/// The fields of a top-level object that are not its message's.
+const TYPE_META: &[&str] = &["apiVersion", "kind"];
+
 fn walk_object(
     schema: &Schema,
     message: &MessageDescriptor,
@@ -96,12 +90,29 @@ fn walk_object(
     path: &str,
     read: &mut Read,
 ) -> Result<(), String> {
-    let names: Vec<String> = object.keys().cloned().collect();
+    walk_fields(schema, message, object, owner, path, read, &[])
+}
+
+/// [`walk_object`], leaving the fields named in `skip` as they are.
+fn walk_fields(
+    schema: &Schema,
+    message: &MessageDescriptor,
+    object: &mut Map<String, Value>,
+    owner: &str,
+    path: &str,
+    read: &mut Read,
+    skip: &[&str],
+) -> Result<(), String> {
+    let names: Vec<String> = object
+        .keys()
+        .filter(|k| !skip.contains(&k.as_str()))
+        .cloned()
+        .collect();
     for name in names {
         let Some(field) = field_of(schema, message, &name) else {
             read.unknown
                 .push(format!("unknown field \"{}\"", join(path, &name)));
-            object.remove(&name);
+            object.shift_remove(&name);
             continue;
         };
         if let Some(value) = object.get_mut(&name) {
