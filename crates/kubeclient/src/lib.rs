@@ -10,8 +10,7 @@
 //! The price: a connection's streams share its flow-control window, so a
 //! watch left unread for long stalls every other request on the connection
 //! once the window is spent. Its users read every watch in a task of its
-//! own, at once (the controller does; the simulator, whose simulated
-//! controllers may not, stays on kube's HTTP/1.1 client).
+//! own, at once (the controller and the simulator do).
 
 use std::time::Duration;
 

@@ -121,6 +121,28 @@ pub async fn apply_status(
     .map(drop)
 }
 
+/// A JSON merge patch of `object`'s status as `manager`.
+pub async fn merge_status(
+    client: &Client,
+    kind: &Kind,
+    object: &Value,
+    status: &Value,
+    manager: &str,
+) -> Result<(), kube::Error> {
+    let params = PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..PatchParams::default()
+    };
+    kind.api(client, namespace_of(object))
+        .patch_status(
+            name_of(object),
+            &params,
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .map(drop)
+}
+
 /// A JSON merge patch of an existing object (never creates one).
 pub async fn merge(
     client: &Client,
@@ -137,12 +159,27 @@ pub async fn merge(
 
 /// Creates `object` unless it exists.
 pub async fn create(client: &Client, kind: &Kind, object: &Value) -> Result<(), kube::Error> {
+    create_new(client, kind, object, None).await.map(drop)
+}
+
+/// Creates `object` as `manager` (the client's default when `None`): false
+/// if it existed already.
+pub async fn create_new(
+    client: &Client,
+    kind: &Kind,
+    object: &Value,
+    manager: Option<&str>,
+) -> Result<bool, kube::Error> {
     let api = kind.api(client, namespace_of(object));
     let object: DynamicObject =
         serde_json::from_value(object.clone()).map_err(kube::Error::SerdeError)?;
-    match api.create(&PostParams::default(), &object).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+    let params = PostParams {
+        field_manager: manager.map(str::to_string),
+        ..PostParams::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -170,11 +207,11 @@ pub async fn connect(kubeconfig: &Kubeconfig) -> Result<Client, kube::Error> {
     let config = Config::from_custom_kubeconfig(kubeconfig.clone(), &KubeConfigOptions::default())
         .await
         .map_err(kube::Error::InferKubeconfig)?;
-    // kube's own client, over HTTP/1.1: a simulated controller may leave a
-    // watch unread for a while, which on a shared HTTP/2 connection stalls
-    // every other stream of it once the connection's window is spent (a
-    // fleet of 100 clusters never came up).
-    Client::try_from(config)
+    // Over HTTP/2 where the server speaks it: one connection carries every
+    // watch and write of a cluster (kube's own HTTP/1.1 client held one per
+    // watch, eleven or more per cluster). Safe because the informers read
+    // every watch at once (see `crate::informer`).
+    modelplane_kubeclient::client(config)
 }
 
 /// The server URL of a kubeconfig's current context.

@@ -95,17 +95,29 @@ fn fault_crd() -> Value {
 /// Runs the simulated clouds until the supervisor stops.
 pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workloads>) {
     install(&config.control).await;
-    let (tx, mut rx) = mpsc::channel(1024);
+    let (tx, mut rx) = mpsc::unbounded_channel();
     for index in 0..KINDS.len() {
         supervisor.spawn(
             "sim-watch",
-            informer::watch(config.control.clone(), api_kind(index), index, tx.clone()),
+            informer::watch(
+                config.control.clone(),
+                api_kind(index),
+                index,
+                informer::keep_all,
+                tx.clone(),
+            ),
         );
     }
     for index in EXTRA {
         supervisor.spawn(
             "sim-watch",
-            informer::watch(config.control.clone(), api_kind(index), index, tx.clone()),
+            informer::watch(
+                config.control.clone(),
+                api_kind(index),
+                index,
+                informer::keep_all,
+                tx.clone(),
+            ),
         );
     }
     drop(tx);
@@ -276,6 +288,10 @@ struct Fleet {
     since: HashMap<Key, Duration>,
     wakes: BTreeMap<Duration, BTreeSet<Key>>,
     dirty: BTreeSet<Key>,
+    /// Every resource is to be planned again (a change that gates many):
+    /// one flag, where marking each resource once per such change made a
+    /// fleet's thousand connection Secrets cost ten million insertions.
+    everything: bool,
     gone: Vec<(usize, Arc<Value>)>,
     /// Statuses to write besides the plan's (Faults').
     pending_status: Vec<(usize, Value, Value)>,
@@ -294,6 +310,7 @@ impl Fleet {
             since: HashMap::new(),
             wakes: BTreeMap::new(),
             dirty: BTreeSet::new(),
+            everything: false,
             gone: Vec::new(),
             pending_status: Vec::new(),
         }
@@ -355,12 +372,7 @@ impl Fleet {
         let broad = EXTRA.contains(&key.0)
             || kind.is_some_and(|k| k.provider.is_none() || !crossplane::is_managed(k));
         if broad {
-            self.dirty.extend(
-                self.objects
-                    .keys()
-                    .filter(|k| !EXTRA.contains(&k.0))
-                    .cloned(),
-            );
+            self.everything = true;
             return;
         }
         self.dirty.insert(key.clone());
@@ -407,6 +419,14 @@ impl Fleet {
             .collect();
         for (index, object) in std::mem::take(&mut self.gone) {
             work.extend(self.gone_effect(index, &object));
+        }
+        if std::mem::take(&mut self.everything) {
+            self.dirty = self
+                .objects
+                .keys()
+                .filter(|k| !EXTRA.contains(&k.0))
+                .cloned()
+                .collect();
         }
         for key in std::mem::take(&mut self.dirty) {
             if let Some(w) = self.plan(&key, now) {

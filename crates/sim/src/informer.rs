@@ -1,6 +1,11 @@
 //! Watches turned into an in-memory snapshot, as an informer keeps one: each
 //! kind is watched (relisting with backoff on its own), and every change
 //! reaches one loop that owns the snapshot.
+//!
+//! A watch is read as fast as the server sends, whatever the loop is doing:
+//! changes queue without bound between them, as in client-go's DeltaFIFO.
+//! Over HTTP/2 every watch of a server shares one connection, whose window a
+//! watch left unread would spend, stalling the loop's own writes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -30,8 +35,15 @@ pub enum Change {
     Relisted(usize),
 }
 
-/// Watches `kind` (index `index`) and sends every change until `tx` closes.
-pub async fn watch(client: Client, kind: Kind, index: usize, tx: mpsc::Sender<Change>) {
+/// Watches `kind` (index `index`) and sends every change until `tx` closes,
+/// each object as `trim` leaves it (what the loop reads of it).
+pub async fn watch(
+    client: Client,
+    kind: Kind,
+    index: usize,
+    trim: fn(usize, &mut Value),
+    tx: mpsc::UnboundedSender<Change>,
+) {
     let api = kind.api(&client, None);
     let mut events = watcher(api, watcher::Config::default())
         .default_backoff()
@@ -41,7 +53,9 @@ pub async fn watch(client: Client, kind: Kind, index: usize, tx: mpsc::Sender<Ch
             // No simulated controller reads who owns which field, and the
             // entries are most of a server-side-applied object's size.
             o.metadata.managed_fields = None;
-            serde_json::to_value(o).unwrap_or(Value::Null)
+            let mut value = serde_json::to_value(o).unwrap_or(Value::Null);
+            trim(index, &mut value);
+            value
         };
         let change = match event {
             Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
@@ -56,11 +70,14 @@ pub async fn watch(client: Client, kind: Kind, index: usize, tx: mpsc::Sender<Ch
                 continue;
             }
         };
-        if tx.send(change).await.is_err() {
+        if tx.send(change).is_err() {
             return;
         }
     }
 }
+
+/// Keeps the whole object.
+pub fn keep_all(_: usize, _: &mut Value) {}
 
 /// The key of `object` of kind `index`.
 pub fn key_of(index: usize, object: &Value) -> Key {

@@ -22,6 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use kube::Client;
 use kube::config::Kubeconfig;
 use modelplane_supervisor::{Scope, Supervisor};
@@ -35,6 +36,8 @@ use crate::profile::Profile;
 
 /// Field manager of what the simulated kubelets and cloud node agents write.
 const NODE_MANAGER: &str = "kubelet";
+/// Nodes of one pool registering at once.
+const NODES_AT_ONCE: usize = 16;
 /// Field manager of what Helm installs.
 const HELM_MANAGER: &str = "helm";
 
@@ -286,7 +289,7 @@ pub struct Workload {
     kubelet_port: u16,
     /// The control loop's inbox, once it runs, and the kinds watched into it.
     watches: Mutex<(
-        Option<tokio::sync::mpsc::Sender<crate::informer::Change>>,
+        Option<tokio::sync::mpsc::UnboundedSender<crate::informer::Change>>,
         BTreeSet<usize>,
     )>,
     /// The containers' logs the kubelets serve.
@@ -304,7 +307,7 @@ impl Workload {
 
     /// Starts the watches feeding `tx`: the built-in kinds, and whatever a
     /// chart installed already.
-    pub fn start_watches(&self, tx: tokio::sync::mpsc::Sender<crate::informer::Change>) {
+    pub fn start_watches(&self, tx: tokio::sync::mpsc::UnboundedSender<crate::informer::Change>) {
         let pending: Vec<usize> = match self.watches.lock() {
             Ok(mut w) => {
                 w.0 = Some(tx);
@@ -335,7 +338,13 @@ impl Workload {
         };
         self.scope.spawn(
             "sim-cluster-watch",
-            crate::informer::watch(self.client.clone(), world::kind(index), index, tx),
+            crate::informer::watch(
+                self.client.clone(),
+                world::kind(index),
+                index,
+                world::trim,
+                tx,
+            ),
         );
     }
 
@@ -390,44 +399,40 @@ impl Workload {
             .map_err(|_| "poisoned")?
             .insert(resource.to_string(), (pool.clone(), provider));
         let stamp = crate::fleet::timestamp();
-        let node_kind = builtin::node();
-        for index in 0..pool.count {
-            let node = nodes::node(&pool, resource, provider, index, self.kubelet_port, &stamp);
-            // A node already there stays as it is when only the count
-            // changed: re-applying it would reset what others set on it
-            // (a user's `kubectl taint`).
-            let unchanged = previous.as_ref().is_some_and(|(p, _)| {
-                index < p.count
-                    && crate::cloud::Pool {
-                        count: pool.count,
-                        ..p.clone()
-                    } == pool
-            });
-            if unchanged {
-                continue;
+        // A node already there stays as it is when only the count changed:
+        // re-applying it would reset what others set on it (a user's
+        // `kubectl taint`).
+        let kept = previous.as_ref().map_or(0, |(p, _)| {
+            let same = crate::cloud::Pool {
+                count: pool.count,
+                ..p.clone()
+            } == pool;
+            if same { p.count } else { 0 }
+        });
+        // Each node's kubelet registers on its own, all at once.
+        let failed = futures_util::stream::iter(kept..pool.count)
+            .map(|index| {
+                let node = nodes::node(&pool, resource, provider, index, self.kubelet_port, &stamp);
+                async move { self.register_node(&node).await }
+            })
+            .buffer_unordered(NODES_AT_ONCE)
+            .filter_map(|r| std::future::ready(r.err()))
+            .next()
+            .await;
+        if let Some(e) = failed {
+            // The retry registers again what may not have registered.
+            if let Ok(mut pools) = self.pools.lock()
+                && let Some((p, _)) = pools.get_mut(resource)
+            {
+                p.count = kept.min(p.count);
             }
-            let mut spec_only = node.clone();
-            if let Some(o) = spec_only.as_object_mut() {
-                o.remove("status");
-            }
-            client::apply(&self.client, &node_kind, &spec_only, NODE_MANAGER)
-                .await
-                .map_err(|e| e.to_string())?;
-            client::apply_status(
-                &self.client,
-                &node_kind,
-                &node,
-                &node["status"],
-                NODE_MANAGER,
-            )
-            .await
-            .map_err(|e| e.to_string())?;
+            return Err(e);
         }
         let old_count = previous.map_or(0, |(p, _)| p.count);
         for index in pool.count..old_count {
             client::delete(
                 &self.client,
-                &node_kind,
+                &builtin::node(),
                 None,
                 &nodes::node_name(&pool.name, index),
             )
@@ -435,6 +440,31 @@ impl Workload {
             .map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// Registers `node` as its kubelet does: one create carrying its status;
+    /// a node that exists already (a pool changed, or the simulator
+    /// restarted) gets its labels, taints and status applied instead.
+    async fn register_node(&self, node: &serde_json::Value) -> Result<(), String> {
+        let kind = builtin::node();
+        let created = client::create_new(&self.client, &kind, node, Some(NODE_MANAGER))
+            .await
+            .map_err(|e| e.to_string())?;
+        if created {
+            return Ok(());
+        }
+        let mut spec_only = node.clone();
+        if let Some(o) = spec_only.as_object_mut() {
+            o.remove("status");
+        }
+        client::apply(&self.client, &kind, &spec_only, NODE_MANAGER)
+            .await
+            .map_err(|e| e.to_string())?;
+        // As a kubelet posts its status: a patch, so that a later write of
+        // the conditions alone leaves the rest of it.
+        client::merge_status(&self.client, &kind, node, &node["status"], NODE_MANAGER)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     /// The pool `resource` is gone, and its nodes with it.

@@ -23,7 +23,7 @@ use crate::informer::Snapshot;
 
 /// Runs until the cluster's scope stops.
 pub async fn run(workload: Arc<Workload>) {
-    let (tx, mut rx) = mpsc::channel(4096);
+    let (tx, mut rx) = mpsc::unbounded_channel();
     workload.start_watches(tx);
     let mut state = State {
         snapshot: Snapshot::default(),

@@ -49,6 +49,14 @@ pub mod kinds {
     pub const EVENT: usize = 18;
 }
 
+/// What the simulated controllers keep of an object of kind `index` in
+/// their snapshot (see [`super::nodes::trim`]).
+pub fn trim(index: usize, object: &mut Value) {
+    if index == kinds::NODE {
+        super::nodes::trim(object);
+    }
+}
+
 /// The API kind of index `index` (see [`kinds`]).
 pub fn kind(index: usize) -> Kind {
     match index {
