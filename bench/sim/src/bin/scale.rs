@@ -6,15 +6,19 @@
 //! per pool) and waits until every node of every cluster is Ready.
 //!
 //! `cargo build --release -p modelplane && cargo run --release -p sim-bench --bin scale`
-//! (`CLUSTERS`, `POOLS`, `NODES`, `IDLE_SECONDS`).
+//! (`CLUSTERS`, `POOLS`, `NODES`, `IDLE_SECONDS`, `MODELPLANE`).
 
+use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use futures_util::StreamExt;
+use kube::api::{
+    Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams,
+};
 use kube::{Client, Config};
 use serde_json::{Value, json};
 
@@ -105,15 +109,135 @@ fn managed(kind: &str, name: &str, cluster: &str, for_provider: Value) -> Value 
     })
 }
 
+/// Writers declaring clusters at once.
+const WRITERS: usize = 16;
+
+/// Cluster `c`'s managed resources: its `Cluster`, `ClusterAuth` and a
+/// `NodeGroup` of `nodes` per pool.
+async fn declare(
+    root: &Client,
+    (cluster_r, auth_r, group_r): &(ApiResource, ApiResource, ApiResource),
+    c: usize,
+    pools: usize,
+    nodes: usize,
+) -> anyhow::Result<()> {
+    let name = format!("c{c:04}");
+    apply(
+        root,
+        cluster_r,
+        &managed(
+            "Cluster",
+            &format!("{name}-cluster"),
+            &name,
+            json!({ "region": "us-east-1" }),
+        ),
+    )
+    .await?;
+    let mut auth = managed(
+        "ClusterAuth",
+        &format!("{name}-auth"),
+        &name,
+        json!({ "region": "us-east-1", "clusterNameRef": { "name": format!("{name}-cluster") } }),
+    );
+    auth["spec"]["writeConnectionSecretToRef"] = json!({ "name": format!("{name}-kubeconfig") });
+    apply(root, auth_r, &auth).await?;
+    for p in 0..pools {
+        let group = managed(
+            "NodeGroup",
+            &format!("{name}-pool-{p}"),
+            &name,
+            json!({
+                "region": "us-east-1", "clusterNameRef": { "name": format!("{name}-cluster") }, "instanceTypes": ["p5en.48xlarge"],
+                "scalingConfig": { "desiredSize": nodes, "minSize": 0, "maxSize": nodes },
+                "labels": { "modelplane.ai/pool": format!("pool-{p}") },
+                "taint": [{ "key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE" }],
+            }),
+        );
+        apply(root, group_r, &group).await?;
+    }
+    Ok(())
+}
+
+fn is_ready(node: &DynamicObject) -> bool {
+    node.data["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|k| k["type"] == "Ready" && k["status"] == "True")
+}
+
+/// Waits until `want` nodes of the cluster `kubeconfig` reaches are Ready:
+/// one list, then a watch from it (listing again and again would load the
+/// API server more than the simulator under test does).
+async fn nodes_ready(kubeconfig: String, want: usize) -> anyhow::Result<()> {
+    let node_r = resource("v1", "Node", "nodes");
+    let retry = || tokio::time::sleep(Duration::from_millis(500));
+    loop {
+        // The cluster's API answers once the simulated cloud created it.
+        let Ok(client) = client_for(&kubeconfig).await else {
+            retry().await;
+            continue;
+        };
+        let api = Api::<DynamicObject>::all_with(client, &node_r);
+        let Ok(list) = api.list(&ListParams::default()).await else {
+            retry().await;
+            continue;
+        };
+        let name = |n: &DynamicObject| n.metadata.name.clone().unwrap_or_default();
+        let mut ready: HashSet<String> = list
+            .items
+            .iter()
+            .filter(|n| is_ready(n))
+            .map(name)
+            .collect();
+        if ready.len() >= want {
+            return Ok(());
+        }
+        let version = list.metadata.resource_version.unwrap_or_default();
+        let Ok(events) = api.watch(&WatchParams::default(), &version).await else {
+            retry().await;
+            continue;
+        };
+        let mut events = events.boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                WatchEvent::Added(n) | WatchEvent::Modified(n) if is_ready(&n) => {
+                    ready.insert(name(&n));
+                }
+                WatchEvent::Added(n) | WatchEvent::Modified(n) | WatchEvent::Deleted(n) => {
+                    ready.remove(&name(&n));
+                }
+                WatchEvent::Bookmark(_) => {}
+                // Expired or failed: list again.
+                WatchEvent::Error(_) => break,
+            }
+            if ready.len() >= want {
+                return Ok(());
+            }
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let (clusters, pools, nodes) = (env("CLUSTERS", 100), env("POOLS", 8), env("NODES", 16));
     let idle = env("IDLE_SECONDS", 30);
-    let binary = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane");
+    // `MODELPLANE=<binary>` measures another build (side by side with this one).
+    let binary = std::env::var_os("MODELPLANE").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane"),
+        std::path::PathBuf::from,
+    );
     let dir = std::env::temp_dir().join(format!("sim-scale-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut server = Command::new(&binary)
-        .args(["apiserver", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "apiserver",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-connections",
+            "18000",
+            "--data-dir",
+        ])
         .arg(&dir)
         .stdout(Stdio::piped())
         .spawn()?;
@@ -160,42 +284,23 @@ async fn main() -> anyhow::Result<()> {
         ),
         resource("eks.aws.m.upbound.io/v1beta1", "NodeGroup", "nodegroups"),
     );
-    for c in 0..clusters {
-        let name = format!("c{c:04}");
-        apply(
-            &root,
-            &cluster_r,
-            &managed(
-                "Cluster",
-                &format!("{name}-cluster"),
-                &name,
-                json!({ "region": "us-east-1" }),
-            ),
-        )
-        .await?;
-        let mut auth = managed(
-            "ClusterAuth",
-            &format!("{name}-auth"),
-            &name,
-            json!({ "region": "us-east-1", "clusterNameRef": { "name": format!("{name}-cluster") } }),
+    // Sixteen writers at once: what is measured is the simulator, not how
+    // fast one client writes ten thousand objects in a row.
+    let mut writers = tokio::task::JoinSet::new();
+    for writer in 0..WRITERS {
+        let (root, rs) = (
+            root.clone(),
+            (cluster_r.clone(), auth_r.clone(), group_r.clone()),
         );
-        auth["spec"]["writeConnectionSecretToRef"] =
-            json!({ "name": format!("{name}-kubeconfig") });
-        apply(&root, &auth_r, &auth).await?;
-        for p in 0..pools {
-            let group = managed(
-                "NodeGroup",
-                &format!("{name}-pool-{p}"),
-                &name,
-                json!({
-                    "region": "us-east-1", "clusterNameRef": { "name": format!("{name}-cluster") }, "instanceTypes": ["p5en.48xlarge"],
-                    "scalingConfig": { "desiredSize": nodes, "minSize": 0, "maxSize": nodes },
-                    "labels": { "modelplane.ai/pool": format!("pool-{p}") },
-                    "taint": [{ "key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE" }],
-                }),
-            );
-            apply(&root, &group_r, &group).await?;
-        }
+        writers.spawn(async move {
+            for c in (writer..clusters).step_by(WRITERS) {
+                declare(&root, &rs, c, pools, nodes).await?;
+            }
+            anyhow::Ok(())
+        });
+    }
+    while let Some(done) = writers.join_next().await {
+        done??;
     }
     let declared = started.elapsed();
     println!(
@@ -203,49 +308,25 @@ async fn main() -> anyhow::Result<()> {
         declared.as_secs_f64()
     );
 
-    let node_r = resource("v1", "Node", "nodes");
-    let mut ready_clusters = vec![false; clusters];
-    let mut clients: Vec<Option<Client>> = vec![None; clusters];
     let want = pools * nodes;
-    loop {
-        for c in 0..clusters {
-            if ready_clusters[c] {
-                continue;
+    let mut waits = tokio::task::JoinSet::new();
+    for c in 0..clusters {
+        let kubeconfig = kubeconfig.replace(&url, &format!("{url}/clusters/c{c:04}"));
+        waits.spawn(nodes_ready(kubeconfig, want));
+    }
+    let deadline = tokio::time::sleep(Duration::from_secs(1800));
+    tokio::pin!(deadline);
+    let mut done = 0;
+    while done < clusters {
+        tokio::select! {
+            finished = waits.join_next() => {
+                finished.context("a cluster's wait ended early")???;
+                done += 1;
             }
-            if clients[c].is_none() {
-                clients[c] =
-                    client_for(&kubeconfig.replace(&url, &format!("{url}/clusters/c{c:04}")))
-                        .await
-                        .ok();
+            () = &mut deadline => {
+                bail!("after 30 minutes {done} of {clusters} clusters have all their nodes Ready");
             }
-            let Some(client) = &clients[c] else { continue };
-            let list = Api::<DynamicObject>::all_with(client.clone(), &node_r)
-                .list(&ListParams::default())
-                .await;
-            let ready = list
-                .map(|l| {
-                    l.items
-                        .iter()
-                        .filter(|n| {
-                            n.data["status"]["conditions"]
-                                .as_array()
-                                .into_iter()
-                                .flatten()
-                                .any(|k| k["type"] == "Ready" && k["status"] == "True")
-                        })
-                        .count()
-                })
-                .unwrap_or(0);
-            ready_clusters[c] = ready >= want;
         }
-        let done = ready_clusters.iter().filter(|r| **r).count();
-        if done == clusters {
-            break;
-        }
-        if started.elapsed() > Duration::from_secs(1800) {
-            bail!("after 30 minutes {done} of {clusters} clusters have all their nodes Ready");
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let all_ready = started.elapsed();
     println!(
