@@ -435,13 +435,6 @@ pub(super) async fn server_side_apply(
             &Identity::fresh(),
         )
         .map_err(|r| refusal(target, name, r))?;
-        // An apply resets the status a status subresource owns, even a
-        // Node's (which a plain create keeps).
-        if target.resource.status
-            && let Some(o) = object.as_object_mut()
-        {
-            o.remove("status");
-        }
         let (mut object, warnings) = admit(server, target, object, None)?;
         crate::object::builtin_defaults(&mut object, &target.resource);
         object["metadata"]["managedFields"] = managed;

@@ -55,11 +55,19 @@ pub async fn run(workload: Arc<Workload>) {
         .default_backoff()
         .map(drop);
     let mut changes = futures_util::stream::select(classes, gateways).boxed();
-    while changes.next().await.is_some() {
+    // The watches are read as they come, whatever a pass is waiting on: they
+    // share the cluster's HTTP/2 connection with the pass's own requests.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    workload.scope.spawn("sim-envoy-watch", async move {
+        while changes.next().await.is_some() {
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    while rx.recv().await.is_some() {
         // Take the burst of events in one pass.
-        while let Ok(Some(())) =
-            tokio::time::timeout(Duration::from_millis(20), changes.next()).await
-        {}
+        while let Ok(Some(())) = tokio::time::timeout(Duration::from_millis(20), rx.recv()).await {}
         if let Err(e) = reconcile(&workload, &edge.address).await {
             tracing::debug!(cluster = %workload.name, error = %e, "envoy gateway pass failed");
         }

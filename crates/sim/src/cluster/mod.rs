@@ -276,7 +276,9 @@ pub struct Workload {
     /// Timings of what happens in it (image pulls, engine starts, weights).
     pub profile: Profile,
     /// Cloud resource name → the pool it brings.
-    pools: Mutex<BTreeMap<String, (Pool, &'static str)>>,
+    /// The second is `None` once every node of it registered, else how many
+    /// of its nodes may exist (a registration failed or is under way).
+    pools: Mutex<BTreeMap<String, (Pool, Option<u32>)>>,
     controllers: Mutex<BTreeSet<Controller>>,
     /// The charts installed, with their namespace: Helm installs a release
     /// once (and does not reconcile what it installed afterwards).
@@ -393,22 +395,32 @@ impl Workload {
         pool: Pool,
         provider: &'static str,
     ) -> Result<(), String> {
-        let previous = self
-            .pools
-            .lock()
-            .map_err(|_| "poisoned")?
-            .insert(resource.to_string(), (pool.clone(), provider));
+        let (previous, old_count) = {
+            let mut pools = self.pools.lock().map_err(|_| "poisoned")?;
+            let previous = pools.get(resource).cloned();
+            // Nodes that may exist: the pool's, or more if a registration failed.
+            let old_count = previous
+                .as_ref()
+                .map_or(0, |(p, existing)| existing.unwrap_or(0).max(p.count));
+            let pending = Some(old_count.max(pool.count));
+            pools.insert(resource.to_string(), (pool.clone(), pending));
+            (previous, old_count)
+        };
         let stamp = crate::fleet::timestamp();
         // A node already there stays as it is when only the count changed:
         // re-applying it would reset what others set on it (a user's
-        // `kubectl taint`).
-        let kept = previous.as_ref().map_or(0, |(p, _)| {
-            let same = crate::cloud::Pool {
-                count: pool.count,
-                ..p.clone()
-            } == pool;
-            if same { p.count } else { 0 }
-        });
+        // `kubectl taint`). After a failed registration, every node again.
+        let kept = match &previous {
+            Some((p, None))
+                if (crate::cloud::Pool {
+                    count: pool.count,
+                    ..p.clone()
+                }) == pool =>
+            {
+                p.count
+            }
+            _ => 0,
+        };
         // Each node's kubelet registers on its own, all at once.
         let failed = futures_util::stream::iter(kept..pool.count)
             .map(|index| {
@@ -420,15 +432,9 @@ impl Workload {
             .next()
             .await;
         if let Some(e) = failed {
-            // The retry registers again what may not have registered.
-            if let Ok(mut pools) = self.pools.lock()
-                && let Some((p, _)) = pools.get_mut(resource)
-            {
-                p.count = kept.min(p.count);
-            }
+            // Left pending: the retry registers every node again.
             return Err(e);
         }
-        let old_count = previous.map_or(0, |(p, _)| p.count);
         for index in pool.count..old_count {
             client::delete(
                 &self.client,
@@ -438,6 +444,12 @@ impl Workload {
             )
             .await
             .map_err(|e| e.to_string())?;
+        }
+        if let Ok(mut pools) = self.pools.lock()
+            && let Some(entry) = pools.get_mut(resource)
+            && entry.0 == pool
+        {
+            entry.1 = None;
         }
         Ok(())
     }
@@ -469,9 +481,16 @@ impl Workload {
 
     /// The pool `resource` is gone, and its nodes with it.
     pub async fn remove_pool(&self, resource: &str) -> Result<(), String> {
-        let removed = self.pools.lock().map_err(|_| "poisoned")?.remove(resource);
-        if let Some((pool, _)) = removed {
-            for index in 0..pool.count {
+        let known = self
+            .pools
+            .lock()
+            .map_err(|_| "poisoned")?
+            .get(resource)
+            .cloned();
+        if let Some((pool, existing)) = known {
+            // Every node that may exist; the pool is forgotten only once
+            // they are gone (a retry deletes the rest).
+            for index in 0..existing.unwrap_or(0).max(pool.count) {
                 client::delete(
                     &self.client,
                     &builtin::node(),
@@ -480,6 +499,9 @@ impl Workload {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
+            }
+            if let Ok(mut pools) = self.pools.lock() {
+                pools.remove(resource);
             }
         }
         Ok(())

@@ -335,9 +335,9 @@ fn condition_write(node: &Value, silent: bool, timestamp: &str) -> Option<super:
     if ready == wanted || !node["status"].is_object() {
         return None;
     }
-    // Only the conditions: the rest of the status is the kubelet's
-    // registration, which a status write of conditions leaves as is.
-    Some(Write::Status {
+    // Only the conditions, patched as a kubelet posts them: the rest of the
+    // status is its registration, which this leaves as is.
+    Some(Write::StatusPatch {
         kind: kinds::NODE,
         object: node.clone(),
         status: json!({ "conditions": conditions(!silent, timestamp) }),

@@ -203,6 +203,12 @@ async fn execute(client: &kube::Client, write: Write) -> bool {
             status,
             manager,
         } => client::apply_status(client, &world::kind(*kind), object, status, manager).await,
+        Write::StatusPatch {
+            kind,
+            object,
+            status,
+            manager,
+        } => client::merge_status(client, &world::kind(*kind), object, status, manager).await,
         Write::Patch {
             kind,
             namespace,

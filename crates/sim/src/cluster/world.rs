@@ -171,6 +171,18 @@ pub enum Write {
         /// Field manager.
         manager: &'static str,
     },
+    /// A JSON merge patch of `object`'s status as `manager`, as a kubelet
+    /// posts its node's (it owns nothing by it that a later write prunes).
+    StatusPatch {
+        /// Kind index.
+        kind: usize,
+        /// The object as observed.
+        object: Value,
+        /// The status fields to set.
+        status: Value,
+        /// Field manager.
+        manager: &'static str,
+    },
     /// A merge patch of an existing object (a binding: never creates).
     Patch {
         /// Kind index.
