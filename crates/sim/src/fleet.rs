@@ -96,19 +96,8 @@ fn fault_crd() -> Value {
 pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workloads>) {
     install(&config.control).await;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    for index in 0..KINDS.len() {
-        supervisor.spawn(
-            "sim-watch",
-            informer::watch(
-                config.control.clone(),
-                api_kind(index),
-                index,
-                informer::keep_all,
-                tx.clone(),
-            ),
-        );
-    }
-    for index in EXTRA {
+    // Crossplane's kinds, then the ones the clouds read besides.
+    for index in (0..KINDS.len()).chain(EXTRA) {
         supervisor.spawn(
             "sim-watch",
             informer::watch(
