@@ -33,7 +33,15 @@ pub fn check(api_version: &str, kind: &str, object: &mut Value) -> Option<Result
         )));
     };
     // The type meta is not part of the message: read in place, around it.
-    if let Err(e) = walk_fields(schema, &message, fields, kind, "", &mut read, TYPE_META) {
+    if let Err(e) = walk_fields(
+        schema,
+        &message,
+        fields,
+        kind,
+        Path::Root,
+        &mut read,
+        TYPE_META,
+    ) {
         return Some(Err(e));
     }
     Some(Ok(read))
@@ -50,11 +58,24 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
-fn join(path: &str, field: &str) -> String {
-    if path.is_empty() {
-        field.to_string()
-    } else {
-        format!("{path}.{field}")
+/// Where a value is in the object (`spec.template.spec.containers[0]`):
+/// written out only when an error or an unknown field names it, as most
+/// objects read have neither.
+#[derive(Clone, Copy)]
+enum Path<'a> {
+    Root,
+    Field(&'a Path<'a>, &'a str),
+    Index(&'a Path<'a>, usize),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root => Ok(()),
+            Path::Field(Path::Root, name) => f.write_str(name),
+            Path::Field(parent, name) => write!(f, "{parent}.{name}"),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+        }
     }
 }
 
@@ -87,7 +108,7 @@ fn walk_object(
     message: &MessageDescriptor,
     object: &mut Map<String, Value>,
     owner: &str,
-    path: &str,
+    path: Path<'_>,
     read: &mut Read,
 ) -> Result<(), String> {
     walk_fields(schema, message, object, owner, path, read, &[])
@@ -99,32 +120,33 @@ fn walk_fields(
     message: &MessageDescriptor,
     object: &mut Map<String, Value>,
     owner: &str,
-    path: &str,
+    path: Path<'_>,
     read: &mut Read,
     skip: &[&str],
 ) -> Result<(), String> {
-    let names: Vec<String> = object
-        .keys()
-        .filter(|k| !skip.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for name in names {
-        let Some(field) = field_of(schema, message, &name) else {
-            read.unknown
-                .push(format!("unknown field \"{}\"", join(path, &name)));
-            object.shift_remove(&name);
+    // Named in the order a decoder meets them, depth first; dropped after.
+    let mut unknown = Vec::new();
+    for (name, value) in object.iter_mut() {
+        if skip.contains(&name.as_str()) {
+            continue;
+        }
+        let Some(field) = field_of(schema, message, name) else {
+            let at = Path::Field(&path, name);
+            read.unknown.push(format!("unknown field \"{at}\""));
+            unknown.push(name.clone());
             continue;
         };
-        if let Some(value) = object.get_mut(&name) {
-            let at = join(path, &name);
-            if field.is_map() {
-                walk_map(schema, &field, value, owner, &at, read)?;
-            } else if field.is_list() {
-                walk_list(schema, &field, value, owner, &at, read)?;
-            } else {
-                walk_value(schema, &field.kind(), value, owner, &at, read)?;
-            }
+        let at = Path::Field(&path, name);
+        if field.is_map() {
+            walk_map(schema, &field, value, owner, at, read)?;
+        } else if field.is_list() {
+            walk_list(schema, &field, value, owner, at, read)?;
+        } else {
+            walk_value(schema, &field.kind(), value, owner, at, read)?;
         }
+    }
+    for name in unknown {
+        object.shift_remove(&name);
     }
     Ok(())
 }
@@ -134,7 +156,7 @@ fn walk_list(
     field: &prost_reflect::FieldDescriptor,
     value: &mut Value,
     owner: &str,
-    path: &str,
+    path: Path<'_>,
     read: &mut Read,
 ) -> Result<(), String> {
     match value {
@@ -145,7 +167,7 @@ fn walk_list(
                 &field.kind(),
                 item,
                 owner,
-                &format!("{path}[{i}]"),
+                Path::Index(&path, i),
                 read,
             )
         }),
@@ -158,7 +180,7 @@ fn walk_map(
     field: &prost_reflect::FieldDescriptor,
     value: &mut Value,
     owner: &str,
-    path: &str,
+    path: Path<'_>,
     read: &mut Read,
 ) -> Result<(), String> {
     let Kind::Message(entry) = field.kind() else {
@@ -170,13 +192,13 @@ fn walk_map(
     match value {
         Value::Null => Ok(()),
         Value::Object(entries) => entries.iter_mut().try_for_each(|(key, v)| {
-            walk_value(schema, &value_kind, v, owner, &join(path, key), read)
+            walk_value(schema, &value_kind, v, owner, Path::Field(&path, key), read)
         }),
         other => Err(cannot(other, owner, path, "map")),
     }
 }
 
-fn cannot(value: &Value, owner: &str, path: &str, go_type: &str) -> String {
+fn cannot(value: &Value, owner: &str, path: Path<'_>, go_type: &str) -> String {
     format!(
         "json: cannot unmarshal {} into Go struct field {owner}.{path} of type {go_type}",
         json_type(value)
@@ -188,7 +210,7 @@ fn walk_value(
     kind: &Kind,
     value: &mut Value,
     owner: &str,
-    path: &str,
+    path: Path<'_>,
     read: &mut Read,
 ) -> Result<(), String> {
     if value.is_null() {
@@ -225,15 +247,15 @@ fn walk_message(
     message: &MessageDescriptor,
     value: &mut Value,
     owner: &str,
-    path: &str,
+    path: Path<'_>,
     read: &mut Read,
 ) -> Result<(), String> {
-    const META: &str = "k8s.io.apimachinery.pkg.apis.meta.v1";
     let name = message.full_name();
     // apimachinery's types that JSON spells its own way.
     let fits = match name {
-        n if n == format!("{META}.Time") || n == format!("{META}.MicroTime") => value.is_string(),
-        n if n == format!("{META}.FieldsV1") => value.is_object(),
+        "k8s.io.apimachinery.pkg.apis.meta.v1.Time"
+        | "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime" => value.is_string(),
+        "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1" => value.is_object(),
         "k8s.io.apimachinery.pkg.api.resource.Quantity" => value.is_string() || value.is_number(),
         "k8s.io.apimachinery.pkg.util.intstr.IntOrString" => value.is_string() || value.is_i64(),
         "k8s.io.apimachinery.pkg.runtime.RawExtension" => true,
@@ -294,6 +316,31 @@ mod tests {
                 .expect("built in")
                 .expect_err("refused"),
             "json: cannot unmarshal number into Go struct field ConfigMap.data.a of type string"
+        );
+    }
+
+    #[test]
+    fn a_path_names_list_items_and_map_keys() {
+        let mut deployment = json!({ "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "d" }, "spec": { "template": { "spec": { "containers": [
+                { "name": "a", "imagez": "x" },
+                { "name": "b", "resources": { "limits": { "cpu": true } } }] } } } });
+        assert_eq!(
+            check("apps/v1", "Deployment", &mut deployment)
+                .expect("built in")
+                .expect_err("refused"),
+            "json: cannot unmarshal bool into Go struct field \
+             Deployment.spec.template.spec.containers[1].resources.limits.cpu of type Quantity"
+        );
+        let mut deployment = json!({ "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "d" }, "spec": { "template": { "spec": { "containers": [
+                { "name": "a" }, { "name": "b", "imagez": "x" }] } } } });
+        let read = check("apps/v1", "Deployment", &mut deployment)
+            .expect("built in")
+            .expect("reads");
+        assert_eq!(
+            read.unknown,
+            ["unknown field \"spec.template.spec.containers[1].imagez\""]
         );
     }
 

@@ -3,7 +3,7 @@
 //! `prost-reflect` descriptor pool plus what JSON needs beyond it: which
 //! scalar fields keep their zero value and which fields are inlined.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::LazyLock;
 
 use prost_reflect::DescriptorPool;
@@ -20,28 +20,46 @@ type Row = (u32, String, String, String, bool, String);
 /// The pool and the JSON rules of every message in it.
 pub struct Schema {
     pub pool: DescriptorPool,
-    /// `Message#number` of scalar fields written even when zero.
-    keep_zero: HashSet<String>,
-    /// `Message#number` of embedded structs whose fields are the parent's.
-    inline: HashSet<String>,
-    /// `Message#number` of repeated fields → how apply merges them
-    /// (`atomic`, `set`, `map:key,…`).
-    lists: std::collections::HashMap<String, String>,
+    /// Scalar fields written even when zero.
+    keep_zero: FieldRules<()>,
+    /// Embedded structs whose fields are the parent's.
+    inline: FieldRules<()>,
+    /// Repeated fields → how apply merges them (`atomic`, `set`,
+    /// `map:key,…`).
+    lists: FieldRules<String>,
+}
+
+/// Something said of some fields, by message and field number: looked up
+/// for every field of every object read, so without building a key.
+#[derive(Default)]
+struct FieldRules<T>(HashMap<String, HashMap<u32, T>>);
+
+impl<T> FieldRules<T> {
+    fn insert(&mut self, message: &str, number: u32, rule: T) {
+        self.0
+            .entry(message.to_string())
+            .or_default()
+            .insert(number, rule);
+    }
+
+    fn get(&self, message: &str, number: u32) -> Option<&T> {
+        self.0.get(message)?.get(&number)
+    }
 }
 
 impl Schema {
     pub fn keeps_zero(&self, message: &str, number: u32) -> bool {
-        self.keep_zero.contains(&format!("{message}#{number}"))
+        self.keep_zero.get(message, number).is_some()
     }
 
     pub fn is_inline(&self, message: &str, number: u32) -> bool {
-        self.inline.contains(&format!("{message}#{number}"))
+        self.inline.get(message, number).is_some()
     }
 
     /// How server-side apply merges a repeated field (`atomic` unless said).
     pub fn list_type(&self, message: &str, number: u32) -> &str {
         self.lists
-            .get(&format!("{message}#{number}"))
+            .get(message, number)
             .map_or("atomic", String::as_str)
     }
 }
@@ -53,9 +71,9 @@ fn build() -> Result<Schema, String> {
     let rows: BTreeMap<String, Vec<Row>> =
         serde_json::from_str(SCHEMA).map_err(|e| format!("schema.json: {e}"))?;
     let mut files: BTreeMap<&str, FileDescriptorProto> = BTreeMap::new();
-    let mut keep_zero = HashSet::new();
-    let mut inline = HashSet::new();
-    let mut lists = std::collections::HashMap::new();
+    let mut keep_zero = FieldRules::default();
+    let mut inline = FieldRules::default();
+    let mut lists = FieldRules::default();
     for (full_name, fields) in &rows {
         let (package, name) = full_name
             .rsplit_once('.')
@@ -66,13 +84,13 @@ fn build() -> Result<Schema, String> {
         };
         for (number, json_name, kind, label, zero, list) in fields {
             if *zero {
-                keep_zero.insert(format!("{full_name}#{number}"));
+                keep_zero.insert(full_name, *number, ());
             }
             if !list.is_empty() {
-                lists.insert(format!("{full_name}#{number}"), list.clone());
+                lists.insert(full_name, *number, list.clone());
             }
             if label == "inline" {
-                inline.insert(format!("{full_name}#{number}"));
+                inline.insert(full_name, *number, ());
             }
             let field_name = if json_name.is_empty() {
                 format!("inline{number}")
