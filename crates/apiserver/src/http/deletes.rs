@@ -155,7 +155,7 @@ pub(super) async fn delete(
             delete_custom_objects(server.clone(), stored.key.clone()),
         );
     }
-    Ok(json_response(StatusCode::OK, &decode(&stored)?))
+    stored_response(StatusCode::OK, &stored)
 }
 
 pub(super) fn added_finalizer(old: &Value, new: &Value) -> bool {

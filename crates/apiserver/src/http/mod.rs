@@ -400,6 +400,21 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
     response
 }
 
+/// A stored object as a request's answer: its bytes with the revision
+/// spliced in ([`stamp`]); parsed and written again only if they have
+/// another shape.
+fn stored_response(status: StatusCode, stored: &Stored) -> Result<Response, Failure> {
+    let Some(body) = stamp(&stored.value, stored.revision) else {
+        return Ok(json_response(status, &decode(stored)?));
+    };
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(response)
+}
+
 /// A Kubernetes `Status` failure.
 #[derive(Debug)]
 pub struct Failure {
@@ -528,23 +543,55 @@ fn decode(stored: &Stored) -> Result<Value, Failure> {
 /// stamp the resourceVersion without parsing, see [`stamp`]), no
 /// resourceVersion (the store's revision is the truth).
 pub(crate) fn encode(object: &Value) -> Vec<u8> {
-    let mut ordered = serde_json::Map::new();
-    if let Some(map) = object.as_object() {
-        for key in ["apiVersion", "kind", "metadata"] {
-            if let Some(v) = map.get(key) {
-                ordered.insert(key.to_string(), v.clone());
+    match object {
+        // Written in that order as they are, without copying the object.
+        Value::Object(map) => serde_json::to_vec(&StoredForm(map)).unwrap_or_default(),
+        _ => b"{}".to_vec(),
+    }
+}
+
+/// The keys [`encode`] writes first, in this order.
+const STORED_FIRST: [&str; 3] = ["apiVersion", "kind", "metadata"];
+
+/// An object as [`encode`] writes it.
+struct StoredForm<'a>(&'a serde_json::Map<String, Value>);
+
+/// A metadata map without its resourceVersion.
+struct MetadataStored<'a>(&'a serde_json::Map<String, Value>);
+
+impl serde::Serialize for StoredForm<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut out = serializer.serialize_map(None)?;
+        for key in STORED_FIRST {
+            match self.0.get(key) {
+                Some(Value::Object(meta)) if key == "metadata" => {
+                    out.serialize_entry(key, &MetadataStored(meta))?;
+                }
+                Some(value) => out.serialize_entry(key, value)?,
+                None => {}
             }
         }
-        for (k, v) in map {
-            if !ordered.contains_key(k) {
-                ordered.insert(k.clone(), v.clone());
+        for (key, value) in self.0 {
+            if !STORED_FIRST.contains(&key.as_str()) {
+                out.serialize_entry(key, value)?;
             }
         }
+        out.end()
     }
-    if let Some(meta) = ordered.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
+}
+
+impl serde::Serialize for MetadataStored<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut out = serializer.serialize_map(None)?;
+        for (key, value) in self.0 {
+            if key != "resourceVersion" {
+                out.serialize_entry(key, value)?;
+            }
+        }
+        out.end()
     }
-    Value::Object(ordered).to_string().into_bytes()
 }
 
 /// The stored bytes with `"resourceVersion":"REV"` spliced into the
@@ -905,5 +952,17 @@ mod tests {
             stamp(br#"{"spec":{"metadata":{}},"metadata":{}}"#, 1).is_none(),
             "other shapes are parsed instead"
         );
+    }
+
+    #[test]
+    fn the_stored_form_puts_type_and_metadata_first_without_the_resource_version() {
+        let object = json!({ "data": { "b": "1", "a": "2" },
+            "metadata": { "resourceVersion": "5", "name": "c", "labels": { "z": "1" } },
+            "kind": "ConfigMap", "apiVersion": "v1" });
+        assert_eq!(
+            String::from_utf8(encode(&object)).expect("UTF-8"),
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","labels":{"z":"1"}},"data":{"b":"1","a":"2"}}"#
+        );
+        assert_eq!(encode(&json!([1])), b"{}");
     }
 }

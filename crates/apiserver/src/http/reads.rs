@@ -48,8 +48,12 @@ pub(super) async fn get(
     headers: &axum::http::HeaderMap,
 ) -> Result<Response, Failure> {
     let stored = read(server, target, name).await?;
+    let shape = shape(headers);
+    if matches!(shape, Shape::Full) || (matches!(shape, Shape::Table) && target.status) {
+        return stored_response(StatusCode::OK, &stored);
+    }
     let object = decode(&stored)?;
-    match shape(headers) {
+    match shape {
         Shape::Table if !target.status => {
             let table = crate::table::table(
                 &target.resource,

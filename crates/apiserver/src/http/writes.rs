@@ -166,7 +166,7 @@ pub(super) async fn create(
     .await?;
     drop(crd_write);
     Ok(with_warnings(
-        json_response(StatusCode::CREATED, &decode(&stored)?),
+        stored_response(StatusCode::CREATED, &stored)?,
         &warnings,
     ))
 }
@@ -304,7 +304,7 @@ pub(super) async fn store_update(
         },
     )
     .await?;
-    Ok(json_response(StatusCode::OK, &decode(&stored)?))
+    stored_response(StatusCode::OK, &stored)
 }
 
 pub(super) async fn replace(
@@ -459,7 +459,7 @@ pub(super) async fn server_side_apply(
         .await?;
         drop(crd_write);
         return Ok(with_warnings(
-            json_response(StatusCode::CREATED, &decode(&stored)?),
+            stored_response(StatusCode::CREATED, &stored)?,
             &warnings,
         ));
     };
