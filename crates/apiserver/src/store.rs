@@ -11,15 +11,16 @@
 //! Writes go through one writer thread that commits whatever is queued in a
 //! single transaction (group commit): one fsync for many writes, and a write
 //! is acknowledged only after its transaction is durable (`synchronous=FULL`).
-//! Reads use their own connection; WAL mode lets them run beside the writer
-//! and see a consistent snapshot.
+//! Reads use connections of their own (two, whichever is free); WAL mode
+//! lets them run beside the writer, each in a consistent snapshot that holds
+//! every write acknowledged before it began.
 //!
 //! Values are opaque bytes: the API layer decides what an object is.
 
 use crate::fanout::Fanout;
 use crate::owners::OwnerIndex;
 use std::path::Path;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError, mpsc};
 use std::thread::JoinHandle;
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -233,7 +234,10 @@ const READERS: usize = 2;
 /// How much of the file a read connection maps. In WAL mode a connection
 /// drops its page cache whenever the file changed since its last read (under
 /// load, before nearly every read); mapped, the pages not in the WAL are read
-/// in place instead of copied in by a system call each.
+/// in place instead of copied in by a system call each. The price: an I/O
+/// error on the file (or its truncation by another program) is a SIGBUS that
+/// stops the server where it was an error answered 500; the database is
+/// this server's own file, and the writer still sees I/O errors as errors.
 const READ_MAP_BYTES: i64 = 1 << 30;
 
 fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
@@ -332,19 +336,23 @@ impl Store {
         }
     }
 
+    /// Runs `f` on a free read connection, or waits for one in turn. A
+    /// connection whose last read panicked is still sound (its statements
+    /// were dropped), so a poisoned lock is taken as it is.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, Error> {
-        let free = self.readers.iter().find_map(|r| r.try_lock().ok());
-        let conn = match free {
-            Some(conn) => conn,
-            None => {
-                let turn = self
-                    .next_reader
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                self.readers[turn % self.readers.len()]
-                    .lock()
-                    .map_err(|_| Error::Closed)?
-            }
-        };
+        let free = self.readers.iter().find_map(|r| match r.try_lock() {
+            Ok(conn) => Some(conn),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        });
+        let conn = free.unwrap_or_else(|| {
+            let turn = self
+                .next_reader
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.readers[turn % self.readers.len()]
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        });
         Ok(f(&conn)?)
     }
 
@@ -477,8 +485,8 @@ impl Store {
         })
     }
 
-    /// How the store keeps its data, as SQLite reports it on the writer's
-    /// connection: the journal mode (`wal`) and the sync level (2 is FULL:
+    /// How the store keeps its data, as SQLite reports it (on a read
+    /// connection, configured as the writer's is): the journal mode (`wal`) and the sync level (2 is FULL:
     /// a commit returns once the WAL is on disk).
     pub fn durability(&self) -> Result<(String, i64), Error> {
         self.read(|c| {

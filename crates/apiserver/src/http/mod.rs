@@ -392,7 +392,12 @@ async fn version() -> Response {
 }
 
 fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut response = (status, body.to_string()).into_response();
+    json_bytes(status, body.to_string().into_bytes())
+}
+
+/// JSON already written out, as an answer.
+fn json_bytes(status: StatusCode, body: Vec<u8>) -> Response {
+    let mut response = (status, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -404,15 +409,10 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 /// spliced in ([`stamp`]); parsed and written again only if they have
 /// another shape.
 fn stored_response(status: StatusCode, stored: &Stored) -> Result<Response, Failure> {
-    let Some(body) = stamp(&stored.value, stored.revision) else {
-        return Ok(json_response(status, &decode(stored)?));
-    };
-    let mut response = (status, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    Ok(response)
+    match stamp(&stored.value, stored.revision) {
+        Some(body) => Ok(json_bytes(status, body)),
+        None => Ok(json_response(status, &decode(stored)?)),
+    }
 }
 
 /// A Kubernetes `Status` failure.
@@ -545,7 +545,11 @@ fn decode(stored: &Stored) -> Result<Value, Failure> {
 pub(crate) fn encode(object: &Value) -> Vec<u8> {
     match object {
         // Written in that order as they are, without copying the object.
-        Value::Object(map) => serde_json::to_vec(&StoredForm(map)).unwrap_or_default(),
+        // A map of JSON values always serializes; were it ever to fail, the
+        // object as it is beats storing nothing.
+        Value::Object(map) => {
+            serde_json::to_vec(&StoredForm(map)).unwrap_or_else(|_| object.to_string().into())
+        }
         _ => b"{}".to_vec(),
     }
 }

@@ -48,23 +48,23 @@ pub(super) async fn get(
     headers: &axum::http::HeaderMap,
 ) -> Result<Response, Failure> {
     let stored = read(server, target, name).await?;
-    let shape = shape(headers);
-    if matches!(shape, Shape::Full) || (matches!(shape, Shape::Table) && target.status) {
-        return stored_response(StatusCode::OK, &stored);
-    }
-    let object = decode(&stored)?;
-    match shape {
-        Shape::Table if !target.status => {
+    match shape(headers) {
+        Shape::Full => stored_response(StatusCode::OK, &stored),
+        // A status subresource is never a table: it is answered whole.
+        Shape::Table if target.status => stored_response(StatusCode::OK, &stored),
+        Shape::Table => {
             let table = crate::table::table(
                 &target.resource,
-                &[object],
+                &[decode(&stored)?],
                 &stored.revision.to_string(),
                 target.include,
             );
             Ok(json_response(StatusCode::OK, &table))
         }
-        Shape::Metadata => Ok(json_response(StatusCode::OK, &metadata_only(&object))),
-        _ => Ok(json_response(StatusCode::OK, &object)),
+        Shape::Metadata => Ok(json_response(
+            StatusCode::OK,
+            &metadata_only(&decode(&stored)?),
+        )),
     }
 }
 

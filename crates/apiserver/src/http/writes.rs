@@ -262,7 +262,7 @@ pub(super) async fn store_update(
         ));
     }
     if change == Change::Unchanged {
-        return Ok(json_response(StatusCode::OK, &decode(old)?));
+        return stored_response(StatusCode::OK, old);
     }
     let old_object = decode(old)?;
     let deleting = old_object["metadata"].get("deletionTimestamp").is_some();
