@@ -12,6 +12,17 @@ pub(super) fn event_line(kind: &str, object: &Value) -> Bytes {
     Bytes::from(line)
 }
 
+/// A watch event's line around an object already written out as JSON.
+fn raw_event_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut line = Vec::with_capacity(object.len() + kind.len() + 24);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(object);
+    line.extend_from_slice(b"}\n");
+    Bytes::from(line)
+}
+
 pub(super) fn bookmark(target: &Target, revision: Revision, initial_end: bool) -> Bytes {
     let mut metadata = json!({ "resourceVersion": revision.to_string() });
     if initial_end {
@@ -202,10 +213,6 @@ impl Drop for WatchSlot {
     }
 }
 
-/// The line a watcher gets for `event`, if any. With selectors, what
-/// counts is whether the object matched before and matches now, as
-/// Kubernetes' watch cache does: starting to match is ADDED, stopping is
-/// DELETED (with the object as it last matched).
 /// How a watch's objects are written.
 pub(super) enum Form {
     Full,
@@ -213,6 +220,10 @@ pub(super) enum Form {
     Table(Box<Resource>, crate::table::Include),
 }
 
+/// The line a watcher gets for `event`, if any. With selectors, what
+/// counts is whether the object matched before and matches now, as
+/// Kubernetes' watch cache does: starting to match is ADDED, stopping is
+/// DELETED (with the object as it last matched).
 pub(super) fn render_event(event: &Event, filter: &Filter, form: &Form) -> Option<Bytes> {
     // Most watches take every change of their kind whole: the line is the
     // same for all of them, made once.
@@ -225,6 +236,11 @@ pub(super) fn render_event(event: &Event, filter: &Filter, form: &Form) -> Optio
         EventKind::Deleted => "DELETED",
     };
     let line = event.rendered.get_or_init(|| {
+        // The stored bytes, stamped, as a write's answer is (parsed and
+        // written again only if they have another shape).
+        if let Some(object) = stamp(&event.value, event.revision) {
+            return raw_event_line(kind, &object);
+        }
         let Ok(mut object) = serde_json::from_slice::<Value>(&event.value) else {
             return Bytes::new();
         };
@@ -273,4 +289,56 @@ fn render_filtered(event: &Event, filter: &Filter, form: &Form) -> Option<Bytes>
             )
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, value: &[u8]) -> Event {
+        Event {
+            kind,
+            key: "/v1/configmaps/ns/a".into(),
+            revision: 42,
+            value: Arc::from(value),
+            prev: None,
+            rendered: Default::default(),
+        }
+    }
+
+    fn everything() -> Filter {
+        Filter {
+            labels: LabelSelector::default(),
+            fields: FieldSelector::default(),
+        }
+    }
+
+    /// The line shared by plain watches is made from the stored bytes
+    /// without parsing them; it must say what the parsed object would.
+    #[test]
+    fn a_plain_watch_line_is_the_stored_object_stamped() {
+        let object = json!({ "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": { "name": "a", "namespace": "ns", "labels": { "x": "y" } }, "data": { "k": "v" } });
+        let mut expected = object.clone();
+        expected["metadata"]["resourceVersion"] = json!("42");
+        for (kind, word) in [
+            (EventKind::Added, "ADDED"),
+            (EventKind::Modified, "MODIFIED"),
+            (EventKind::Deleted, "DELETED"),
+        ] {
+            let line = render_event(&event(kind, &encode(&object)), &everything(), &Form::Full)
+                .expect("a line");
+            assert!(line.ends_with(b"}\n"), "one line per event");
+            let line: Value = serde_json::from_slice(&line).expect("JSON");
+            assert_eq!(line, json!({ "type": word, "object": expected }));
+        }
+        // Bytes of another shape are parsed and written again.
+        let other =
+            serde_json::to_vec(&json!({ "metadata": { "name": "a" }, "kind": "ConfigMap" }))
+                .expect("JSON");
+        let line = render_event(&event(EventKind::Added, &other), &everything(), &Form::Full)
+            .expect("a line");
+        let line: Value = serde_json::from_slice(&line).expect("JSON");
+        assert_eq!(line["object"]["metadata"]["resourceVersion"], "42");
+    }
 }
