@@ -167,7 +167,7 @@ async fn declare(
 #[derive(Clone, Debug, Deserialize)]
 struct Node {
     metadata: Named,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     status: NodeStatus,
 }
 
@@ -178,8 +178,17 @@ struct Named {
 
 #[derive(Clone, Debug, Default, Deserialize)]
 struct NodeStatus {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     conditions: Vec<Condition>,
+}
+
+/// A field that may be missing or `null`, as Kubernetes writes either.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -231,7 +240,12 @@ async fn nodes_ready(kubeconfig: String, want: usize) -> anyhow::Result<()> {
             continue;
         };
         let mut events = events.boxed();
-        while let Some(Ok(event)) = events.next().await {
+        while let Some(event) = events.next().await {
+            // A line that fails: list again, after a pause.
+            let Ok(event) = event else {
+                retry().await;
+                break;
+            };
             match event {
                 WatchEvent::Added(n) | WatchEvent::Modified(n) if n.is_ready() => {
                     ready.insert(n.metadata.name);

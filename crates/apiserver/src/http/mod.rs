@@ -546,10 +546,15 @@ pub(crate) fn encode(object: &Value) -> Vec<u8> {
     match object {
         // Written in that order as they are, without copying the object.
         // A map of JSON values always serializes; were it ever to fail, the
-        // object as it is beats storing nothing.
-        Value::Object(map) => {
-            serde_json::to_vec(&StoredForm(map)).unwrap_or_else(|_| object.to_string().into())
-        }
+        // object as it is (but for its resourceVersion, which `stamp` adds)
+        // beats storing nothing.
+        Value::Object(map) => serde_json::to_vec(&StoredForm(map)).unwrap_or_else(|_| {
+            let mut object = object.clone();
+            if let Some(metadata) = object["metadata"].as_object_mut() {
+                metadata.remove("resourceVersion");
+            }
+            object.to_string().into()
+        }),
         _ => b"{}".to_vec(),
     }
 }
