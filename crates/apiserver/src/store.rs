@@ -486,8 +486,9 @@ impl Store {
     }
 
     /// How the store keeps its data, as SQLite reports it (on a read
-    /// connection, configured as the writer's is): the journal mode (`wal`) and the sync level (2 is FULL:
-    /// a commit returns once the WAL is on disk).
+    /// connection, configured as the writer's is): the journal mode (`wal`)
+    /// and the sync level (2 is FULL: a commit returns once the WAL is on
+    /// disk).
     pub fn durability(&self) -> Result<(String, i64), Error> {
         self.read(|c| {
             let journal: String = c.pragma_query_value(None, "journal_mode", |r| r.get(0))?;

@@ -7,10 +7,9 @@
 //! Over HTTP/2 every watch of a server shares one connection, whose window a
 //! watch left unread would spend, stalling the loop's own writes.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-
-use std::borrow::Cow;
 
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
