@@ -312,12 +312,12 @@ fn the_store_runs_in_wal_mode_and_syncs_every_commit() {
         synchronous, 2,
         "synchronous=FULL: a commit returns once its WAL frames are on disk"
     );
-    // Checkpoints: past 1,000 WAL pages the frames move into the database
-    // file and the WAL starts over, so it stays near that size however much
-    // is written.
+    // Checkpoints: past 1,000 WAL pages (8 MB) the frames move into the
+    // database file and the WAL starts over, so it stays near that size
+    // however much is written.
     assert_eq!(store.checkpoint_pages().expect("pragma"), 1000);
     let value = vec![b'x'; 4096];
-    for batch in 0..40 {
+    for batch in 0..80 {
         let writes = (0..50)
             .map(|i| modelplane_apiserver::Write::Create {
                 key: format!("/big/{batch}-{i}"),
@@ -333,7 +333,7 @@ fn the_store_runs_in_wal_mode_and_syncs_every_commit() {
             .map(|m| m.len())
             .unwrap_or(0)
     };
-    let written = 2000 * 4096;
+    let written = 4000 * 4096;
     assert!(
         size("state.db") >= written / 2,
         "checkpointed into the database: {} bytes",
@@ -343,5 +343,180 @@ fn the_store_runs_in_wal_mode_and_syncs_every_commit() {
         size("state.db-wal") < written,
         "the WAL started over: {} bytes",
         size("state.db-wal")
+    );
+}
+
+/// The database's size once its WAL is folded in, in bytes.
+fn database_bytes(path: &Path) -> u64 {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .expect("checkpoint");
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .expect("page_count");
+    let page: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .expect("page_size");
+    u64::try_from(pages * page).expect("a size")
+}
+
+#[test]
+fn a_value_is_stored_once_and_densely() {
+    // Fails on the store that kept each value in `current` as well as the
+    // log: 3.5 times the values' size (the copy in `current` spilled into a
+    // nearly empty overflow page of its own).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = Store::open(&path).expect("open");
+    let value = vec![b'x'; 2048];
+    for batch in 0..20 {
+        let writes = (0..100)
+            .map(|i| Write::Create {
+                key: format!("/cm/ns/{i:03}-{batch:02}"),
+                value: value.clone(),
+            })
+            .collect();
+        for result in store.write_all(writes) {
+            result.expect("write");
+        }
+    }
+    drop(store);
+    let values = 2000 * 2048;
+    let size = database_bytes(&path);
+    assert!(
+        size < values * 3 / 2,
+        "{size} bytes hold {values} bytes of values"
+    );
+}
+
+fn log_entries(path: &Path) -> Vec<(i64, String)> {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    let mut stmt = conn
+        .prepare("SELECT rev, key FROM log ORDER BY rev")
+        .expect("prepare");
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .expect("query")
+        .collect::<rusqlite::Result<_>>()
+        .expect("rows")
+}
+
+#[test]
+fn compaction_keeps_the_live_values_and_drops_every_superseded_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let store = Store::open(&path).expect("open");
+    let update = |key: &str, value: &str| {
+        store
+            .write(Write::Update {
+                key: key.into(),
+                expected: None,
+                value: value.as_bytes().to_vec(),
+            })
+            .expect("update")
+    };
+    create(&store, "/cm/ns/a", "a1").expect("create");
+    let b = create(&store, "/cm/ns/b", "b1").expect("create");
+    let a = update("/cm/ns/a", "a2");
+    create(&store, "/cm/ns/c", "c1").expect("create");
+    store
+        .write(Write::Delete {
+            key: "/cm/ns/c".into(),
+            expected: None,
+        })
+        .expect("delete");
+
+    let compacted = store
+        .compact(store.revision().expect("revision"))
+        .expect("compact");
+    let live: Vec<(String, String)> = store
+        .list("/cm/", None, None)
+        .expect("list")
+        .1
+        .iter()
+        .map(|s| (s.key.clone(), text(&s.value).to_string()))
+        .collect();
+    assert_eq!(
+        live,
+        [
+            ("/cm/ns/a".to_string(), "a2".to_string()),
+            ("/cm/ns/b".to_string(), "b1".to_string())
+        ]
+    );
+    assert_eq!(
+        log_entries(&path),
+        [
+            (b.revision, "/cm/ns/b".into()),
+            (a.revision, "/cm/ns/a".into())
+        ],
+        "only the live objects' entries outlive compaction"
+    );
+
+    // b's entry was spared as live; its next change supersedes it.
+    let b2 = update("/cm/ns/b", "b2");
+    assert_eq!(
+        text(&store.get("/cm/ns/b").expect("get").expect("b").value),
+        "b2"
+    );
+    assert_eq!(
+        log_entries(&path),
+        [
+            (a.revision, "/cm/ns/a".into()),
+            (b2.revision, "/cm/ns/b".into())
+        ]
+    );
+    let history = store.events_since("/cm/", compacted).expect("history");
+    assert_eq!(history.len(), 1, "the change after the compacted revision");
+    assert_eq!(text(&history[0].value), "b2");
+}
+
+#[test]
+fn a_store_written_with_values_in_current_opens_with_everything() {
+    // The layout before values lived in the log alone, with a compacted
+    // log: `b`'s value survives only in `current`.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    {
+        let old = rusqlite::Connection::open(&path).expect("open");
+        old.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE current (key TEXT PRIMARY KEY, rev INTEGER NOT NULL,
+                 create_rev INTEGER NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;
+             CREATE TABLE log (rev INTEGER PRIMARY KEY, key TEXT NOT NULL,
+                 kind INTEGER NOT NULL, value BLOB NOT NULL);
+             CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+             INSERT INTO meta VALUES ('revision', 4), ('compacted', 2);
+             INSERT INTO current VALUES ('/cm/ns/a', 4, 3, CAST('a2' AS BLOB)),
+                 ('/cm/ns/b', 2, 1, CAST('b1' AS BLOB));
+             INSERT INTO log VALUES (3, '/cm/ns/a', 0, CAST('a1' AS BLOB)),
+                 (4, '/cm/ns/a', 1, CAST('a2' AS BLOB));",
+        )
+        .expect("old layout");
+    }
+    let store = Store::open(&path).expect("open the old layout");
+    let b = store.get("/cm/ns/b").expect("get").expect("b is kept");
+    assert_eq!(
+        (text(&b.value), b.revision, b.create_revision),
+        ("b1", 2, 1)
+    );
+    let listed = store.list("/cm/", None, None).expect("list").1;
+    assert_eq!(listed.len(), 2);
+    assert_eq!(store.revision().expect("revision"), 4);
+    let history = store.events_since("/cm/", 2).expect("history");
+    let revisions: Vec<i64> = history.iter().map(|e| e.revision).collect();
+    assert_eq!(revisions, [3, 4], "the retained history, unchanged");
+
+    let updated = store
+        .write(Write::Update {
+            key: "/cm/ns/b".into(),
+            expected: Some(2),
+            value: b"b2".to_vec(),
+        })
+        .expect("update");
+    assert_eq!(updated.revision, 5);
+    drop(store);
+    let store = Store::open(&path).expect("reopen");
+    assert_eq!(
+        text(&store.get("/cm/ns/b").expect("get").expect("b").value),
+        "b2"
     );
 }

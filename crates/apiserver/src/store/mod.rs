@@ -1,12 +1,15 @@
 //! The store: every object's current state and a revision log in one SQLite
 //! file, with one global revision counter (etcd's model, as kine keeps it).
 //!
-//! - `current(key, rev, create_rev, value)` holds the live objects; lists read it.
 //! - `log(rev, key, kind, value)` holds every change, in revision order;
-//!   watches resume from it. Compaction drops old entries; a watch from
-//!   before the compacted revision gets [`Error::Compacted`] (HTTP 410).
+//!   watches resume from it. Compaction drops old entries but the live
+//!   objects' own; a watch from before the compacted revision gets
+//!   [`Error::Compacted`] (HTTP 410).
+//! - `current(key, rev, create_rev)` names the live objects: each key's last
+//!   change, whose log entry holds its value; lists and gets read it.
 //! - `meta` keeps the last revision (so it never goes back, even when the
-//!   newest entries are compacted) and the compacted revision.
+//!   newest entries are compacted), the compacted revision, and how far
+//!   compaction has swept.
 //!
 //! Writes go through one writer thread that commits whatever is queued in a
 //! single transaction (group commit): one fsync for many writes, and a write
@@ -17,8 +20,12 @@
 //!
 //! Values are opaque bytes: the API layer decides what an object is.
 
+mod schema;
+mod writer;
+
 use crate::fanout::Fanout;
 use crate::owners::OwnerIndex;
+use schema::{configure, meta};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, TryLockError, mpsc};
 use std::thread::JoinHandle;
@@ -28,9 +35,6 @@ use tokio::sync::{broadcast, oneshot};
 
 /// A global, strictly increasing revision (an object's `resourceVersion`).
 pub type Revision = i64;
-
-/// Writes committed in one transaction at most.
-const MAX_BATCH: usize = 512;
 
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
@@ -220,14 +224,6 @@ pub struct Store {
     owners: Arc<Mutex<OwnerIndex>>,
 }
 
-fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.pragma_update(None, "foreign_keys", "OFF")?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    Ok(())
-}
-
 /// How many read connections the store keeps.
 const READERS: usize = 2;
 
@@ -247,26 +243,6 @@ fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
     Ok(reader)
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS current (
-    key TEXT PRIMARY KEY,
-    rev INTEGER NOT NULL,
-    create_rev INTEGER NOT NULL,
-    value BLOB NOT NULL
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS log (
-    rev INTEGER PRIMARY KEY,
-    key TEXT NOT NULL,
-    kind INTEGER NOT NULL,
-    value BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (
-    name TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-) WITHOUT ROWID;
-INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 0), ('compacted', 0);
-";
-
 /// The first key after every key starting with `prefix`.
 pub fn prefix_end(prefix: &str) -> Option<String> {
     let mut bytes = prefix.as_bytes().to_vec();
@@ -279,18 +255,15 @@ pub fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
-fn meta(conn: &Connection, name: &str) -> rusqlite::Result<Revision> {
-    conn.query_row("SELECT value FROM meta WHERE name = ?1", [name], |r| {
-        r.get(0)
-    })
-}
+/// Revisions compaction sweeps per transaction.
+const COMPACT_BATCH: i64 = 5_000;
 
 impl Store {
     /// Opens (or creates) the store in the SQLite file at `path`.
     pub fn open(path: &Path) -> Result<Store, Error> {
         let writer = Connection::open(path)?;
         configure(&writer)?;
-        writer.execute_batch(SCHEMA)?;
+        schema::create_or_migrate(&writer)?;
         let readers = (0..READERS)
             .map(|_| open_reader(path))
             .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -299,7 +272,8 @@ impl Store {
         configure(&compactor)?;
         let mut owners = OwnerIndex::default();
         {
-            let mut stmt = reader.prepare("SELECT key, value FROM current")?;
+            let mut stmt = reader
+                .prepare("SELECT c.key, l.value FROM current c JOIN log l ON l.rev = c.rev")?;
             let mut rows = stmt.query([])?;
             while let Some(row) = rows.next()? {
                 let key: String = row.get(0)?;
@@ -323,7 +297,7 @@ impl Store {
         let index = owners.clone();
         let handle = std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(writer, queue, publish, &index))
+            .spawn(move || writer::write_loop(writer, queue, publish, &index))
             .ok();
         Store {
             jobs: Some(jobs),
@@ -410,7 +384,8 @@ impl Store {
     pub fn get(&self, key: &str) -> Result<Option<Stored>, Error> {
         self.read(|c| {
             c.query_row(
-                "SELECT rev, create_rev, value FROM current WHERE key = ?1",
+                "SELECT c.rev, c.create_rev, l.value FROM current c JOIN log l ON l.rev = c.rev
+                 WHERE c.key = ?1",
                 [key],
                 |r| {
                     Ok(Stored {
@@ -440,9 +415,9 @@ impl Store {
             let revision = meta(&tx, "revision")?;
             let from = start_after.unwrap_or("");
             let mut stmt = tx.prepare_cached(
-                "SELECT key, rev, create_rev, value FROM current
-                 WHERE key >= ?1 AND (?2 IS NULL OR key < ?2) AND key > ?3
-                 ORDER BY key LIMIT ?4",
+                "SELECT c.key, c.rev, c.create_rev, l.value FROM current c JOIN log l ON l.rev = c.rev
+                 WHERE c.key >= ?1 AND (?2 IS NULL OR c.key < ?2) AND c.key > ?3
+                 ORDER BY c.key LIMIT ?4",
             )?;
             let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
             let rows = stmt
@@ -571,11 +546,15 @@ impl Store {
         self.owners.lock().map(|i| i.owners()).unwrap_or_default()
     }
 
-    /// Drops the log up to and including `revision` (kept: the live objects
-    /// and every later change). Returns the compacted revision. The mark
-    /// moves first (reads from before it are expired from then on), then the
-    /// old entries go in small transactions of their own, each taking the
-    /// write lock as the writer does: neither readers nor writes wait long.
+    /// Drops the log up to and including `revision` (kept: the entries of
+    /// live objects, which hold their values, and every later change).
+    /// Returns the compacted revision. The mark moves first (reads from
+    /// before it are expired from then on), then the old entries go, a
+    /// range of revisions per transaction, each taking the write lock as the
+    /// writer does: neither readers nor writes wait long. `swept` records
+    /// the ranges done, so a sweep cut short by a crash goes on where it
+    /// stopped; a live entry spared here is dropped by the writer when a
+    /// later change supersedes it.
     pub fn compact(&self, revision: Revision) -> Result<Revision, Error> {
         let mut conn = self.compactor.lock().map_err(|_| Error::Closed)?;
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -588,14 +567,18 @@ impl Store {
         tx.commit()?;
         loop {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let deleted = tx.execute(
-                "DELETE FROM log WHERE rev IN (SELECT rev FROM log WHERE rev <= ?1 LIMIT ?2)",
-                [target, COMPACT_BATCH],
-            )?;
-            tx.commit()?;
-            if deleted < usize::try_from(COMPACT_BATCH).unwrap_or(usize::MAX) {
+            let swept = meta(&tx, "swept")?;
+            if swept >= target {
                 return Ok(target);
             }
+            let to = (swept + COMPACT_BATCH).min(target);
+            tx.execute(
+                "DELETE FROM log WHERE rev > ?1 AND rev <= ?2 AND NOT EXISTS
+                 (SELECT 1 FROM current c WHERE c.key = log.key AND c.rev = log.rev)",
+                [swept, to],
+            )?;
+            tx.execute("UPDATE meta SET value = ?1 WHERE name = 'swept'", [to])?;
+            tx.commit()?;
         }
     }
 }
@@ -606,154 +589,6 @@ impl Drop for Store {
         self.jobs.take();
         if let Some(handle) = self.writer.take() {
             let _ = handle.join();
-        }
-    }
-}
-
-/// Applies one write inside the open transaction; `next` is its revision.
-fn apply(tx: &rusqlite::Transaction<'_>, write: &Write, next: Revision) -> Result<Event, Error> {
-    let stored = |key: &str| -> rusqlite::Result<Option<(Revision, Revision, Vec<u8>)>> {
-        tx.prepare_cached("SELECT rev, create_rev, value FROM current WHERE key = ?1")?
-            .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .optional()
-    };
-    let check = |key: &str, expected: Option<Revision>, actual: Revision| match expected {
-        Some(expected) if expected != actual => Err(Error::Conflict {
-            key: key.to_string(),
-            expected,
-            actual,
-        }),
-        _ => Ok(()),
-    };
-    let mut prev = None;
-    let (kind, key, value) = match write {
-        Write::Create { key, value } => {
-            if stored(key)?.is_some() {
-                return Err(Error::AlreadyExists(key.clone()));
-            }
-            tx.prepare_cached(
-                "INSERT INTO current (key, rev, create_rev, value) VALUES (?1, ?2, ?2, ?3)",
-            )?
-            .execute(params![key, next, value])?;
-            (EventKind::Added, key, value.clone())
-        }
-        Write::Update {
-            key,
-            expected,
-            value,
-        } => {
-            let (actual, _, old) = stored(key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
-            check(key, *expected, actual)?;
-            prev = Some(Arc::from(old));
-            tx.prepare_cached("UPDATE current SET rev = ?2, value = ?3 WHERE key = ?1")?
-                .execute(params![key, next, value])?;
-            (EventKind::Modified, key, value.clone())
-        }
-        Write::Delete { key, expected } => {
-            let (actual, _, last) = stored(key)?.ok_or_else(|| Error::NotFound(key.clone()))?;
-            check(key, *expected, actual)?;
-            tx.prepare_cached("DELETE FROM current WHERE key = ?1")?
-                .execute([key])?;
-            (EventKind::Deleted, key, last)
-        }
-    };
-    tx.prepare_cached("INSERT INTO log (rev, key, kind, value) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![next, key, kind.code(), value])?;
-    Ok(Event {
-        kind,
-        key: key.clone(),
-        revision: next,
-        value: Arc::from(value),
-        prev,
-        rendered: Rendered::default(),
-    })
-}
-
-fn create_revision(tx: &rusqlite::Transaction<'_>, event: &Event) -> rusqlite::Result<Revision> {
-    if event.kind == EventKind::Added {
-        return Ok(event.revision);
-    }
-    Ok(tx
-        .prepare_cached("SELECT create_rev FROM current WHERE key = ?1")?
-        .query_row([&event.key], |r| r.get(0))
-        .optional()?
-        .unwrap_or(event.revision))
-}
-
-/// Commits one batch; returns each job's outcome (events for the ones that
-/// changed something), or the SQLite error that rolled the batch back.
-fn commit_batch(
-    conn: &mut Connection,
-    batch: &[Job],
-) -> rusqlite::Result<Vec<Result<(Event, Revision), Error>>> {
-    let tx = conn.transaction()?;
-    let mut revision = meta(&tx, "revision")?;
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for job in batch {
-        match apply(&tx, &job.write, revision + 1) {
-            Ok(event) => {
-                revision = event.revision;
-                let create = create_revision(&tx, &event)?;
-                outcomes.push(Ok((event, create)));
-            }
-            Err(Error::Sqlite(e)) => return Err(e),
-            Err(e) => outcomes.push(Err(e)),
-        }
-    }
-    tx.execute(
-        "UPDATE meta SET value = ?1 WHERE name = 'revision'",
-        [revision],
-    )?;
-    tx.commit()?;
-    Ok(outcomes)
-}
-
-/// Log entries compaction deletes per transaction.
-const COMPACT_BATCH: i64 = 5_000;
-
-fn write_loop(
-    mut conn: Connection,
-    queue: mpsc::Receiver<Job>,
-    events: Arc<Fanout>,
-    owners: &Mutex<OwnerIndex>,
-) {
-    while let Ok(first) = queue.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        match commit_batch(&mut conn, &batch) {
-            Ok(outcomes) => {
-                // Indexed before anyone hears of the writes.
-                if let Ok(mut index) = owners.lock() {
-                    for (event, _) in outcomes.iter().flatten() {
-                        let value = (event.kind != EventKind::Deleted).then_some(&*event.value);
-                        index.set(&event.key, value);
-                    }
-                }
-                for (job, outcome) in batch.into_iter().zip(outcomes) {
-                    let reply = outcome.map(|(event, create_revision)| {
-                        let stored = Stored {
-                            key: event.key.clone(),
-                            revision: event.revision,
-                            create_revision,
-                            value: event.value.clone(),
-                        };
-                        events.send(event);
-                        stored
-                    });
-                    job.reply.send(reply);
-                }
-            }
-            Err(e) => {
-                let message = e.to_string();
-                for job in batch {
-                    job.reply.send(Err(Error::RolledBack(message.clone())));
-                }
-            }
         }
     }
 }

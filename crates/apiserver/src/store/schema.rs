@@ -1,0 +1,87 @@
+//! The store's tables and how its connections are set up.
+//!
+//! A value is stored once, in the log: `current` maps each live key to the
+//! revision of its last change, whose log entry holds the value. (A value in
+//! both tables was written twice, and in `current`, a `WITHOUT ROWID`
+//! b-tree, any value over about 1 KB spilled into an overflow page of its
+//! own, nearly empty, rewritten whole on every change.)
+
+use rusqlite::Connection;
+
+use super::Revision;
+
+/// The page size of a new file (an existing one keeps its own). A page
+/// holds whole values: at SQLite's default, 4 KB, one 2 KB object took a
+/// page to itself; 8 KB pages hold three, yet stay small enough that a
+/// change to one key of `current` writes little beside it to the WAL.
+const PAGE_SIZE: i64 = 8192;
+
+/// How every connection is configured.
+pub(super) fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "page_size", PAGE_SIZE)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(())
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS current (
+    key TEXT PRIMARY KEY,
+    rev INTEGER NOT NULL,
+    create_rev INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS log (
+    rev INTEGER PRIMARY KEY,
+    key TEXT NOT NULL,
+    kind INTEGER NOT NULL,
+    value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 0), ('compacted', 0), ('swept', 0);
+";
+
+/// A store written before values lived in the log alone kept them in
+/// `current` too, and compaction dropped the log entries of live objects:
+/// each live value goes back into the log at its revision (as the change
+/// that made it), then `current` loses its copy. One transaction: an
+/// interrupted migration leaves the file as it was.
+const MIGRATE_VALUES_TO_LOG: &str = "
+BEGIN IMMEDIATE;
+INSERT OR IGNORE INTO log (rev, key, kind, value)
+    SELECT rev, key, CASE WHEN rev = create_rev THEN 0 ELSE 1 END, value FROM current;
+CREATE TABLE current_keys (
+    key TEXT PRIMARY KEY,
+    rev INTEGER NOT NULL,
+    create_rev INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO current_keys (key, rev, create_rev) SELECT key, rev, create_rev FROM current;
+DROP TABLE current;
+ALTER TABLE current_keys RENAME TO current;
+COMMIT;
+";
+
+/// Creates the tables, or brings an older file's up to date.
+pub(super) fn create_or_migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let values_in_current: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('current') WHERE name = 'value'",
+        [],
+        |r| r.get(0),
+    )?;
+    if values_in_current {
+        conn.execute_batch(MIGRATE_VALUES_TO_LOG)?;
+    }
+    conn.execute_batch(SCHEMA)
+}
+
+/// A counter kept in `meta`: `revision`, `compacted`, or `swept` (how far
+/// compaction has dropped the entries it may).
+pub(super) fn meta(conn: &Connection, name: &str) -> rusqlite::Result<Revision> {
+    conn.query_row("SELECT value FROM meta WHERE name = ?1", [name], |r| {
+        r.get(0)
+    })
+}
