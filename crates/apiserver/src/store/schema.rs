@@ -81,7 +81,7 @@ pub(super) fn create_or_migrate(conn: &Connection) -> rusqlite::Result<()> {
 /// A counter kept in `meta`: `revision`, `compacted`, or `swept` (how far
 /// compaction has dropped the entries it may).
 pub(super) fn meta(conn: &Connection, name: &str) -> rusqlite::Result<Revision> {
-    conn.query_row("SELECT value FROM meta WHERE name = ?1", [name], |r| {
-        r.get(0)
-    })
+    // Cached: the writer reads the revision on every batch.
+    conn.prepare_cached("SELECT value FROM meta WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
 }

@@ -150,10 +150,8 @@ fn commit_batch(
             Err(e) => outcomes.push(Err(e)),
         }
     }
-    tx.execute(
-        "UPDATE meta SET value = ?1 WHERE name = 'revision'",
-        [revision],
-    )?;
+    tx.prepare_cached("UPDATE meta SET value = ?1 WHERE name = 'revision'")?
+        .execute([revision])?;
     tx.commit()?;
     Ok(outcomes)
 }
