@@ -363,7 +363,7 @@ fn database_bytes(path: &Path) -> u64 {
 #[test]
 fn a_value_is_stored_once_and_densely() {
     // Fails on the store that kept each value in `current` as well as the
-    // log: 3.5 times the values' size (the copy in `current` spilled into a
+    // log: 4.3 times the values' size (the copy in `current` spilled into a
     // nearly empty overflow page of its own).
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
@@ -467,6 +467,58 @@ fn compaction_keeps_the_live_values_and_drops_every_superseded_one() {
     let history = store.events_since("/cm/", compacted).expect("history");
     assert_eq!(history.len(), 1, "the change after the compacted revision");
     assert_eq!(text(&history[0].value), "b2");
+}
+
+#[test]
+fn a_sweep_cut_short_leaves_each_change_its_true_previous_value() {
+    // Compaction moves its mark first and sweeps after; a crash between
+    // the two leaves every entry under the mark still there. The change
+    // of `a` after that must not drop its previous entry alone: a watch
+    // reading the value `a` had before it would find `a1`, two changes
+    // old (and a label-selector watch could miss a DELETED).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    let update = |store: &Store, value: &str| {
+        store
+            .write(Write::Update {
+                key: "/cm/ns/a".into(),
+                expected: None,
+                value: value.as_bytes().to_vec(),
+            })
+            .expect("update")
+    };
+    let marked = {
+        let store = Store::open(&path).expect("open");
+        create(&store, "/cm/ns/a", "a1").expect("create");
+        update(&store, "a2");
+        create(&store, "/cm/ns/b", "b1").expect("create").revision
+    };
+    // The mark, without the sweep (as a crash right after it leaves it).
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.execute(
+        "UPDATE meta SET value = ?1 WHERE name = 'compacted'",
+        [marked],
+    )
+    .expect("mark");
+    drop(conn);
+
+    let store = Store::open(&path).expect("reopen");
+    let a3 = update(&store, "a3");
+    let before = store
+        .value_before("/cm/ns/a", a3.revision)
+        .expect("read")
+        .map(|v| text(&v).to_string());
+    assert_eq!(before.as_deref(), Some("a2"), "not a1, two changes old");
+    store.compact(marked).expect("the sweep goes on");
+    assert_eq!(
+        log_entries(&path)
+            .into_iter()
+            .filter(|(_, key)| key == "/cm/ns/a")
+            .map(|(rev, _)| rev)
+            .collect::<Vec<_>>(),
+        [a3.revision],
+        "the sweep, resumed, drops a's superseded entries"
+    );
 }
 
 #[test]

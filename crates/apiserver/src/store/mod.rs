@@ -442,11 +442,16 @@ impl Store {
     }
 
     /// The value `key` had just before `revision`, from the log: `None` when
-    /// it did not exist then or that history is compacted.
+    /// it did not exist then or that history is compacted. Only entries past
+    /// the sweep can be it (at or under it, a key keeps its live entry
+    /// alone, and `revision` superseded that): the walk back stops there
+    /// instead of passing every live object's entry.
     pub fn value_before(&self, key: &str, revision: Revision) -> Result<Option<Arc<[u8]>>, Error> {
         self.read(|c| {
             c.prepare_cached(
-                "SELECT kind, value FROM log WHERE key = ?1 AND rev < ?2 ORDER BY rev DESC LIMIT 1",
+                "SELECT kind, value FROM log WHERE key = ?1 AND rev < ?2
+                 AND rev > (SELECT value FROM meta WHERE name = 'swept')
+                 ORDER BY rev DESC LIMIT 1",
             )?
             .query_row(params![key, revision], |r| {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))

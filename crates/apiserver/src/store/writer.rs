@@ -62,14 +62,17 @@ fn based_on(
     }
 }
 
-/// Drops a log entry the change at hand supersedes when compaction has
-/// already passed it: compaction spared it only because it was live.
-fn drop_if_compacted(
+/// Drops a log entry the change at hand supersedes when compaction's sweep
+/// has already passed it: the sweep spared it only because it was live.
+/// (Not up to the compaction mark: below it, until the sweep gets there,
+/// the key's older entries are still there, and the latest of them would
+/// pass for its value before this change.)
+fn drop_if_swept(
     tx: &rusqlite::Transaction<'_>,
     rev: Revision,
-    compacted: Revision,
+    swept: Revision,
 ) -> rusqlite::Result<()> {
-    if rev <= compacted {
+    if rev <= swept {
         tx.prepare_cached("DELETE FROM log WHERE rev = ?1")?
             .execute([rev])?;
     }
@@ -82,7 +85,7 @@ fn apply(
     tx: &rusqlite::Transaction<'_>,
     write: &Write,
     next: Revision,
-    compacted: Revision,
+    swept: Revision,
 ) -> Result<(Event, Revision), Error> {
     let mut prev = None;
     let (kind, key, value, create_rev) = match write {
@@ -102,7 +105,7 @@ fn apply(
             let old = based_on(tx, key, *expected)?;
             tx.prepare_cached("UPDATE current SET rev = ?2 WHERE key = ?1")?
                 .execute(params![key, next])?;
-            drop_if_compacted(tx, old.rev, compacted)?;
+            drop_if_swept(tx, old.rev, swept)?;
             prev = Some(Arc::from(old.value));
             (EventKind::Modified, key, value.clone(), old.create_rev)
         }
@@ -110,7 +113,7 @@ fn apply(
             let last = based_on(tx, key, *expected)?;
             tx.prepare_cached("DELETE FROM current WHERE key = ?1")?
                 .execute([key])?;
-            drop_if_compacted(tx, last.rev, compacted)?;
+            drop_if_swept(tx, last.rev, swept)?;
             (EventKind::Deleted, key, last.value, last.create_rev)
         }
     };
@@ -138,10 +141,10 @@ fn commit_batch(
     // snapshot stale (SQLite would refuse its first write, not wait).
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let mut revision = meta(&tx, "revision")?;
-    let compacted = meta(&tx, "compacted")?;
+    let swept = meta(&tx, "swept")?;
     let mut outcomes = Vec::with_capacity(batch.len());
     for job in batch {
-        match apply(&tx, &job.write, revision + 1, compacted) {
+        match apply(&tx, &job.write, revision + 1, swept) {
             Ok((event, create_rev)) => {
                 revision = event.revision;
                 outcomes.push(Ok((event, create_rev)));
