@@ -521,29 +521,57 @@ fn a_sweep_cut_short_leaves_each_change_its_true_previous_value() {
     );
 }
 
+/// A file in the layout before values lived in the log alone, with a
+/// compacted log: `b`'s value survives only in `current`.
+fn write_old_layout(path: &Path) {
+    let old = rusqlite::Connection::open(path).expect("open");
+    old.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         CREATE TABLE current (key TEXT PRIMARY KEY, rev INTEGER NOT NULL,
+             create_rev INTEGER NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;
+         CREATE TABLE log (rev INTEGER PRIMARY KEY, key TEXT NOT NULL,
+             kind INTEGER NOT NULL, value BLOB NOT NULL);
+         CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+         INSERT INTO meta VALUES ('revision', 4), ('compacted', 2);
+         INSERT INTO current VALUES ('/cm/ns/a', 4, 3, CAST('a2' AS BLOB)),
+             ('/cm/ns/b', 2, 1, CAST('b1' AS BLOB));
+         INSERT INTO log VALUES (3, '/cm/ns/a', 0, CAST('a1' AS BLOB)),
+             (4, '/cm/ns/a', 1, CAST('a2' AS BLOB));",
+    )
+    .expect("old layout");
+}
+
 #[test]
-fn a_store_written_with_values_in_current_opens_with_everything() {
-    // The layout before values lived in the log alone, with a compacted
-    // log: `b`'s value survives only in `current`.
+fn a_conversion_cut_short_leaves_the_old_file_as_it_was() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
-    {
-        let old = rusqlite::Connection::open(&path).expect("open");
-        old.execute_batch(
-            "PRAGMA journal_mode = WAL;
-             CREATE TABLE current (key TEXT PRIMARY KEY, rev INTEGER NOT NULL,
-                 create_rev INTEGER NOT NULL, value BLOB NOT NULL) WITHOUT ROWID;
-             CREATE TABLE log (rev INTEGER PRIMARY KEY, key TEXT NOT NULL,
-                 kind INTEGER NOT NULL, value BLOB NOT NULL);
-             CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-             INSERT INTO meta VALUES ('revision', 4), ('compacted', 2);
-             INSERT INTO current VALUES ('/cm/ns/a', 4, 3, CAST('a2' AS BLOB)),
-                 ('/cm/ns/b', 2, 1, CAST('b1' AS BLOB));
-             INSERT INTO log VALUES (3, '/cm/ns/a', 0, CAST('a1' AS BLOB)),
-                 (4, '/cm/ns/a', 1, CAST('a2' AS BLOB));",
-        )
-        .expect("old layout");
-    }
+    write_old_layout(&path);
+    // In the way of the conversion's third step, after its first has
+    // copied the live values into the log.
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    conn.execute_batch("CREATE TABLE current_keys (x)")
+        .expect("an obstacle");
+    assert!(Store::open(&path).is_err(), "the conversion fails");
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).expect(sql) };
+    assert_eq!(count("SELECT COUNT(*) FROM log"), 2, "the log as it was");
+    assert_eq!(
+        count("SELECT COUNT(*) FROM pragma_table_info('current') WHERE name = 'value'"),
+        1,
+        "current keeps its values"
+    );
+    conn.execute_batch("DROP TABLE current_keys")
+        .expect("the obstacle gone");
+    drop(conn);
+    let store = Store::open(&path).expect("converted on the next start");
+    let b = store.get("/cm/ns/b").expect("get").expect("b is kept");
+    assert_eq!(text(&b.value), "b1");
+}
+
+#[test]
+fn a_store_written_with_values_in_current_opens_with_everything() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("state.db");
+    write_old_layout(&path);
     let store = Store::open(&path).expect("open the old layout");
     let b = store.get("/cm/ns/b").expect("get").expect("b is kept");
     assert_eq!(

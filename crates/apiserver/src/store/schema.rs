@@ -6,7 +6,7 @@
 //! b-tree, any value over about 1 KB spilled into an overflow page of its
 //! own, nearly empty, rewritten whole on every change.)
 
-use rusqlite::Connection;
+use rusqlite::{Connection, Transaction, TransactionBehavior};
 
 use super::Revision;
 
@@ -48,10 +48,9 @@ INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 0), ('compacted', 0
 /// A store written before values lived in the log alone kept them in
 /// `current` too, and compaction dropped the log entries of live objects:
 /// each live value goes back into the log at its revision (as the change
-/// that made it), then `current` loses its copy. One transaction: an
-/// interrupted migration leaves the file as it was.
+/// that made it), then `current` loses its copy. Run in one transaction:
+/// an interrupted migration leaves the file as it was.
 const MIGRATE_VALUES_TO_LOG: &str = "
-BEGIN IMMEDIATE;
 INSERT OR IGNORE INTO log (rev, key, kind, value)
     SELECT rev, key, CASE WHEN rev = create_rev THEN 0 ELSE 1 END, value FROM current;
 CREATE TABLE current_keys (
@@ -62,7 +61,6 @@ CREATE TABLE current_keys (
 INSERT INTO current_keys (key, rev, create_rev) SELECT key, rev, create_rev FROM current;
 DROP TABLE current;
 ALTER TABLE current_keys RENAME TO current;
-COMMIT;
 ";
 
 /// Creates the tables, or brings an older file's up to date.
@@ -73,7 +71,10 @@ pub(super) fn create_or_migrate(conn: &Connection) -> rusqlite::Result<()> {
         |r| r.get(0),
     )?;
     if values_in_current {
-        conn.execute_batch(MIGRATE_VALUES_TO_LOG)?;
+        // Rolled back when dropped uncommitted, on any error.
+        let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+        tx.execute_batch(MIGRATE_VALUES_TO_LOG)?;
+        tx.commit()?;
     }
     conn.execute_batch(SCHEMA)
 }
