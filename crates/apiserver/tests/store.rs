@@ -471,8 +471,9 @@ fn compaction_keeps_the_live_values_and_drops_every_superseded_one() {
 
 #[test]
 fn a_sweep_cut_short_leaves_each_change_its_true_previous_value() {
-    // Compaction moves its mark first and sweeps after; a crash between
-    // the two leaves every entry under the mark still there. The change
+    // Compaction moves its mark first and sweeps after, a range per
+    // transaction; between them (writes go on meanwhile), or after a crash
+    // there, entries under the mark are still there. The change
     // of `a` after that must not drop its previous entry alone: a watch
     // reading the value `a` had before it would find `a1`, two changes
     // old (and a label-selector watch could miss a DELETED).
@@ -546,7 +547,7 @@ fn a_conversion_cut_short_leaves_the_old_file_as_it_was() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("state.db");
     write_old_layout(&path);
-    // In the way of the conversion's third step, after its first has
+    // In the way of the conversion's second step, after its first has
     // copied the live values into the log.
     let conn = rusqlite::Connection::open(&path).expect("open");
     conn.execute_batch("CREATE TABLE current_keys (x)")

@@ -441,8 +441,9 @@ impl Store {
         self.read(|c| meta(c, "revision"))
     }
 
-    /// The value `key` had just before `revision`, from the log: `None` when
-    /// it did not exist then or that history is compacted. Only entries past
+    /// The value `key` had just before `revision`, a change of `key` (a
+    /// watch's MODIFIED), from the log: `None` when it did not exist then or
+    /// that history is compacted. Only entries past
     /// the sweep can be it (at or under it, a key keeps its live entry
     /// alone, and `revision` superseded that): the walk back stops there
     /// instead of passing every live object's entry.

@@ -12,11 +12,12 @@ use super::Revision;
 
 /// The page size of a new file (an existing one keeps its own). A page
 /// holds whole values: at SQLite's default, 4 KB, one 2 KB object took a
-/// page to itself; 8 KB pages hold three, yet stay small enough that a
-/// change to one key of `current` writes little beside it to the WAL.
+/// page to itself; 8 KB pages hold three. Not larger: every commit writes
+/// each page it touched whole to the WAL, `current`'s among them.
 const PAGE_SIZE: i64 = 8192;
 
-/// How every connection is configured.
+/// How every connection is configured. (`page_size` counts only on a new
+/// file, before its first table; SQLite ignores it after.)
 pub(super) fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "page_size", PAGE_SIZE)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -49,7 +50,9 @@ INSERT OR IGNORE INTO meta (name, value) VALUES ('revision', 0), ('compacted', 0
 /// `current` too, and compaction dropped the log entries of live objects:
 /// each live value goes back into the log at its revision (as the change
 /// that made it), then `current` loses its copy. Run in one transaction:
-/// an interrupted migration leaves the file as it was.
+/// an interrupted migration leaves the file as it was. `swept` starts at 0:
+/// an old compaction cut short may have left entries under its mark, which
+/// the next sweep must reach.
 const MIGRATE_VALUES_TO_LOG: &str = "
 INSERT OR IGNORE INTO log (rev, key, kind, value)
     SELECT rev, key, CASE WHEN rev = create_rev THEN 0 ELSE 1 END, value FROM current;
