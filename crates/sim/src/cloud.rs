@@ -134,9 +134,11 @@ fn count(value: &Value) -> u32 {
         .unwrap_or(0)
 }
 
-/// The pool a pool resource (`role == Pool`) describes, from its `forProvider`.
-pub fn pool(kind: &str, group: &str, for_provider: &Value) -> Option<Pool> {
-    let f = for_provider;
+/// The pool a pool resource (`role == Pool`) describes, from its
+/// `forProvider`: named by its `modelplane.ai/pool` label, else (a pool
+/// compose did not write) by the resource's own name, as its nodes are.
+pub fn pool(kind: &str, group: &str, resource: &Value) -> Option<Pool> {
+    let f = &resource["spec"]["forProvider"];
     let (count, labels, taints, instance_type, zones) = match (group, kind) {
         ("eks.aws.m.upbound.io", "NodeGroup") => (
             count(&f["scalingConfig"]["desiredSize"]),
@@ -191,11 +193,14 @@ pub fn pool(kind: &str, group: &str, for_provider: &Value) -> Option<Pool> {
         ),
         _ => return None,
     };
+    let name = labels
+        .get(modelplane_api::labels::POOL)
+        .map(String::as_str)
+        .or(resource["metadata"]["name"].as_str())
+        .unwrap_or_default()
+        .to_string();
     Some(Pool {
-        name: labels
-            .get(modelplane_api::labels::POOL)
-            .cloned()
-            .unwrap_or_default(),
+        name,
         count,
         labels,
         taints,
@@ -474,12 +479,7 @@ mod tests {
     fn an_eks_node_group_is_a_pool_of_tainted_labelled_nodes() {
         let mr = node_group();
         assert_eq!(role("eks.aws.m.upbound.io", "NodeGroup"), Role::Pool);
-        let pool = pool(
-            "NodeGroup",
-            "eks.aws.m.upbound.io",
-            &mr["spec"]["forProvider"],
-        )
-        .expect("a pool");
+        let pool = pool("NodeGroup", "eks.aws.m.upbound.io", &mr).expect("a pool");
         assert_eq!(pool.name, "l4");
         assert_eq!(pool.count, 2);
         assert_eq!(pool.instance_type, "g6.xlarge");
@@ -500,11 +500,22 @@ mod tests {
         let pool = pool(
             "KubernetesClusterNodePool",
             "containerservice.azure.m.upbound.io",
-            &f,
+            &json!({ "spec": { "forProvider": f } }),
         )
         .expect("a pool");
         assert_eq!((pool.count, pool.name.as_str()), (3, "h100"));
         assert_eq!(pool.taints[0].effect, "NoSchedule");
+    }
+
+    /// A pool without Modelplane's label (one compose did not write) is
+    /// named by its resource, and so are its nodes: they were named
+    /// `-node-0` once, which the API server refuses, and never registered.
+    #[test]
+    fn a_pool_without_modelplanes_label_is_named_by_its_resource() {
+        let mut mr = node_group();
+        mr["spec"]["forProvider"]["labels"] = json!({});
+        let pool = pool("NodeGroup", "eks.aws.m.upbound.io", &mr).expect("a pool");
+        assert_eq!(pool.name, mr["metadata"]["name"].as_str().expect("named"));
     }
 
     fn observe(object: &Value, since: Option<u64>, now: u64) -> Phase {

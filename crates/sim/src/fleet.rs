@@ -633,7 +633,7 @@ impl Fleet {
                 });
             }
             Role::Pool => {
-                let pool = cloud::pool(kind.kind, kind.group, &object["spec"]["forProvider"])?;
+                let pool = cloud::pool(kind.kind, kind.group, object)?;
                 let hardware = self.hardware(group, &pool.name);
                 return Some(Effect::Pool {
                     cluster: group.to_string(),
