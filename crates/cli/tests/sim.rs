@@ -769,6 +769,107 @@ fn injected_faults_break_what_they_name_and_heal() {
     );
 }
 
+/// The EKS provider, running, as compose installs it.
+fn eks_provider() -> String {
+    documents(&[
+        serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "modelplane-system" } }),
+        serde_json::json!({ "apiVersion": "pkg.crossplane.io/v1beta1", "kind": "DeploymentRuntimeConfig",
+            "metadata": { "name": "provider-aws-eks" },
+            "spec": { "deploymentTemplate": { "spec": { "replicas": 1, "selector": {}, "template": {} } } } }),
+        serde_json::json!({ "apiVersion": "pkg.crossplane.io/v1", "kind": "Provider", "metadata": { "name": "provider-aws-eks" },
+            "spec": { "package": "xpkg.crossplane.io/crossplane-contrib/provider-aws-eks:v2.6.0",
+                "runtimeConfigRef": { "name": "provider-aws-eks" } } }),
+    ])
+}
+
+/// An EKS cluster's managed resources: its `Cluster`, its `ClusterAuth`
+/// (which writes the kubeconfig Secret `<name>-kubeconfig`) and, given a
+/// node count, one `NodeGroup` of that many nodes.
+fn eks_cluster(name: &str, nodes: Option<u32>) -> String {
+    let managed = |kind: &str, object: &str, for_provider: Value| {
+        serde_json::json!({
+            "apiVersion": "eks.aws.m.upbound.io/v1beta1", "kind": kind,
+            "metadata": { "name": object, "namespace": "modelplane-system", "labels": { "modelplane.ai/cluster": name } },
+            "spec": { "providerConfigRef": { "kind": "ClusterProviderConfig", "name": "default" }, "forProvider": for_provider },
+        })
+    };
+    let cluster_ref = serde_json::json!({ "name": format!("{name}-cluster") });
+    let mut objects = vec![
+        managed(
+            "Cluster",
+            &format!("{name}-cluster"),
+            serde_json::json!({ "region": "us-east-1" }),
+        ),
+        managed(
+            "ClusterAuth",
+            &format!("{name}-auth"),
+            serde_json::json!({ "region": "us-east-1", "clusterNameRef": cluster_ref }),
+        ),
+    ];
+    objects[1]["spec"]["writeConnectionSecretToRef"] =
+        serde_json::json!({ "name": format!("{name}-kubeconfig") });
+    if let Some(nodes) = nodes {
+        objects.push(managed(
+            "NodeGroup",
+            &format!("{name}-pool"),
+            serde_json::json!({
+                "region": "us-east-1", "clusterNameRef": cluster_ref, "instanceTypes": ["m6i.xlarge"],
+                "scalingConfig": { "desiredSize": nodes, "minSize": 0, "maxSize": nodes },
+            }),
+        ));
+    }
+    documents(&objects)
+}
+
+fn node_count(server: &Server, cluster: &str) -> usize {
+    let (_, out, _) = server.kubectl_in(Some(cluster), &["get", "nodes", "-o", "name"], None);
+    out.lines().count()
+}
+
+/// The simulated cloud goes on with the rest of the fleet while a pool's
+/// nodes register: a cluster declared meanwhile answers before that pool
+/// is whole. (It once carried out its steps a batch at a time, each batch
+/// waiting for its slowest step: at a thousand clusters, kubeconfigs came
+/// in bursts, tens of seconds apart, behind node registrations.)
+#[test]
+fn a_pool_registering_its_nodes_holds_up_no_other_cluster() {
+    const NODES: u32 = 4000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(dir.path());
+    let _sim = sim(&server);
+    server.apply(None, &eks_provider());
+    server.apply(None, &eks_cluster("first", Some(NODES)));
+    wait_for(
+        "the first cluster's nodes registering",
+        Duration::from_secs(60),
+        || (node_count(&server, "first") > 0).then_some(()),
+    );
+    server.apply(None, &eks_cluster("second", None));
+    wait_for(
+        "the second cluster's kubeconfig",
+        Duration::from_secs(60),
+        || {
+            let (ok, _, _) = server.kubectl_in(
+                None,
+                &[
+                    "get",
+                    "secret",
+                    "second-kubeconfig",
+                    "-n",
+                    "modelplane-system",
+                ],
+                None,
+            );
+            ok.then_some(())
+        },
+    );
+    let registered = node_count(&server, "first");
+    assert!(
+        registered < NODES as usize,
+        "the second cluster answered only once the first's {NODES} nodes had all registered"
+    );
+}
+
 fn base64_decode(text: &str) -> Vec<u8> {
     let out = Command::new("base64")
         .arg("-d")

@@ -4,11 +4,12 @@
 //! being, writes connection Secrets, installs Helm releases into workload
 //! clusters and reports each provider's health.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use kube::Client;
 use kube::config::Kubeconfig;
 use modelplane_supervisor::Supervisor;
@@ -22,8 +23,12 @@ use crate::cluster::dra::Hardware;
 use crate::crossplane::{self, KINDS};
 use crate::faults::Faults;
 use crate::helm;
-use crate::informer::{self, Change, Key, Snapshot, Touched, key_of};
+use crate::informer::{self, Change, Key, Snapshot, Touched};
 use crate::profile::Profile;
+
+mod work;
+
+use work::{Connection, Effect, Hands, Work};
 
 /// Field manager of what the simulated Crossplane writes.
 pub const MANAGER: &str = "crossplane";
@@ -31,6 +36,8 @@ pub const MANAGER: &str = "crossplane";
 const CREDENTIALS_NAMESPACE: &str = "crossplane-system";
 /// How often something blocked on what the sim does not watch is looked at again.
 const RETRY: Duration = Duration::from_secs(1);
+/// Steps carried out at once, as a provider's reconcilers run side by side.
+const STEPS_AT_ONCE: usize = 16;
 
 /// What the fleet simulation needs.
 #[derive(Clone)]
@@ -111,6 +118,9 @@ pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workload
     }
     drop(tx);
     let mut fleet = Fleet::new(config, workloads);
+    // Steps under way. The fleet goes on watching and planning while they
+    // run: a pool registering its nodes holds up no other cluster.
+    let mut running = FuturesUnordered::new();
     loop {
         let wake = fleet.next_wake();
         tokio::select! {
@@ -121,9 +131,16 @@ pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workload
                     fleet.change(more);
                 }
             }
+            Some((key, done)) = running.next() => fleet.finished(key, done),
             () = sleep_until(wake) => {}
         }
-        fleet.step().await;
+        for work in fleet.step(STEPS_AT_ONCE.saturating_sub(running.len())) {
+            let hands = fleet.hands.clone();
+            running.push(async move {
+                let key = work.key();
+                (key, hands.execute(work).await)
+            });
+        }
     }
 }
 
@@ -216,53 +233,8 @@ fn group_label(object: &Value) -> Option<&str> {
     object["metadata"]["labels"][modelplane_api::labels::CLUSTER].as_str()
 }
 
-/// What an object's step does besides its status.
-#[derive(Debug)]
-enum Effect {
-    /// The workload cluster `name` exists (and, when its resource writes
-    /// one, its connection Secret `(namespace, name)` with its kubeconfig).
-    Cluster {
-        name: String,
-        connection: Option<(String, String)>,
-    },
-    /// The workload cluster `name` is deleted.
-    ClusterGone { name: String },
-    /// The nodes of a pool exist in cluster `cluster`.
-    Pool {
-        cluster: String,
-        id: String,
-        pool: cloud::Pool,
-        provider: &'static str,
-        hardware: Hardware,
-    },
-    /// A pool's nodes are gone.
-    PoolGone { cluster: String, id: String },
-    /// The connection Secret of a resource is written.
-    Connection {
-        namespace: String,
-        name: String,
-        cluster: Option<String>,
-        kind: String,
-    },
-    /// A chart is installed into the cluster a kubeconfig reaches.
-    Release {
-        kubeconfig: String,
-        chart: &'static helm::Chart,
-        namespace: String,
-    },
-}
-
-/// One step to carry out.
-struct Work {
-    index: usize,
-    object: Arc<Value>,
-    effect: Option<Effect>,
-    status: Option<Value>,
-}
-
 struct Fleet {
-    config: Config,
-    workloads: Arc<Workloads>,
+    hands: Arc<Hands>,
     epoch: Instant,
     objects: Snapshot,
     /// `(namespace, name)` → keys, for reference resolution.
@@ -284,13 +256,18 @@ struct Fleet {
     gone: Vec<(usize, Arc<Value>)>,
     /// Statuses to write besides the plan's (Faults').
     pending_status: Vec<(usize, Value, Value)>,
+    /// Work planned outside `dirty` (deletions, Faults' statuses), waiting
+    /// for room or for its object's step under way.
+    queued: VecDeque<Work>,
+    /// The objects with a step under way: one at a time each, and one
+    /// marked dirty meanwhile is planned again once it is done.
+    running: HashSet<Key>,
 }
 
 impl Fleet {
     fn new(config: Config, workloads: Arc<Workloads>) -> Fleet {
         Fleet {
-            config,
-            workloads,
+            hands: Arc::new(Hands { config, workloads }),
             epoch: Instant::now(),
             objects: Snapshot::default(),
             names: HashMap::new(),
@@ -302,6 +279,8 @@ impl Fleet {
             everything: false,
             gone: Vec::new(),
             pending_status: Vec::new(),
+            queued: VecDeque::new(),
+            running: HashSet::new(),
         }
     }
 
@@ -321,7 +300,7 @@ impl Fleet {
                     self.touch(&key, &object);
                 }
                 Touched::Deleted(key, object) if key.0 == FAULTS => {
-                    self.config.faults.clear(&key.2);
+                    self.hands.config.faults.clear(&key.2);
                     self.touch(&key, &object);
                 }
                 Touched::Applied(key, object) => {
@@ -389,7 +368,9 @@ impl Fleet {
         }
     }
 
-    async fn step(&mut self) {
+    /// Plans what is due, and returns up to `room` steps to start, none for
+    /// an object whose step is under way.
+    fn step(&mut self, room: usize) -> Vec<Work> {
         let now = self.now();
         let due: Vec<Duration> = self.wakes.range(..=now).map(|(at, _)| *at).collect();
         for at in due {
@@ -397,17 +378,16 @@ impl Fleet {
                 self.dirty.extend(keys);
             }
         }
-        let mut work: Vec<Work> = std::mem::take(&mut self.pending_status)
-            .into_iter()
-            .map(|(index, object, status)| Work {
+        for (index, object, status) in std::mem::take(&mut self.pending_status) {
+            self.queued.push_back(Work {
                 index,
                 object: Arc::new(object),
                 effect: None,
                 status: Some(status),
-            })
-            .collect();
+            });
+        }
         for (index, object) in std::mem::take(&mut self.gone) {
-            work.extend(self.gone_effect(index, &object));
+            self.queued.extend(self.gone_effect(index, &object));
         }
         if std::mem::take(&mut self.everything) {
             self.dirty = self
@@ -417,24 +397,41 @@ impl Fleet {
                 .cloned()
                 .collect();
         }
-        for key in std::mem::take(&mut self.dirty) {
-            if let Some(w) = self.plan(&key, now) {
+        let mut work = Vec::new();
+        let mut waiting = VecDeque::new();
+        while work.len() < room
+            && let Some(w) = self.queued.pop_front()
+        {
+            let key = w.key();
+            if self.running.insert(key) {
+                work.push(w);
+            } else {
+                waiting.push_back(w);
+            }
+        }
+        waiting.append(&mut self.queued);
+        self.queued = waiting;
+        let mut skipped = Vec::new();
+        while work.len() < room
+            && let Some(key) = self.dirty.pop_first()
+        {
+            if self.running.contains(&key) {
+                skipped.push(key);
+            } else if let Some(w) = self.plan(&key, now) {
+                self.running.insert(key);
                 work.push(w);
             }
         }
-        let fleet = &*self;
-        let results: Vec<(Key, bool)> = futures_util::stream::iter(work)
-            .map(|w| async move {
-                let key = key_of(w.index, &w.object);
-                (key, fleet.execute(w).await)
-            })
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        for (key, ok) in results {
-            if !ok {
-                self.wake(key, now + RETRY);
-            }
+        self.dirty.extend(skipped);
+        work
+    }
+
+    /// The step for `key` is done; one that failed is tried again later.
+    fn finished(&mut self, key: Key, done: bool) {
+        self.running.remove(&key);
+        if !done {
+            let now = self.now();
+            self.wake(key, now + RETRY);
         }
     }
 
@@ -527,7 +524,7 @@ impl Fleet {
     fn fault_applied(&mut self, key: &Key, object: &Value) {
         let (active, reason, message) = match crate::faults::Fault::from_spec(&object["spec"]) {
             Ok((cluster, fault)) => {
-                self.config.faults.inject(&key.2, &cluster, fault);
+                self.hands.config.faults.inject(&key.2, &cluster, fault);
                 (
                     true,
                     "Injected",
@@ -535,7 +532,7 @@ impl Fleet {
                 )
             }
             Err(why) => {
-                self.config.faults.clear(&key.2);
+                self.hands.config.faults.clear(&key.2);
                 (false, "Invalid", why)
             }
         };
@@ -572,7 +569,11 @@ impl Fleet {
         };
         let role = cloud::role(kind.group, kind.kind);
         let group = group_label(&object).unwrap_or(&key.2).to_string();
-        let failure = self.config.faults.provisioning_failure(&group, kind.kind);
+        let failure = self
+            .hands
+            .config
+            .faults
+            .provisioning_failure(&group, kind.kind);
         if running && blocked.is_none() && !self.since.contains_key(key) {
             self.since.insert(key.clone(), now);
         }
@@ -582,7 +583,7 @@ impl Fleet {
             blocked: blocked.clone(),
             failure: failure.as_deref(),
             since: self.since.get(key).copied(),
-            provisioning: self.config.profile.provisioning(role),
+            provisioning: self.hands.config.profile.provisioning(role),
             now,
         };
         let phase = cloud::phase(&observation);
@@ -600,7 +601,7 @@ impl Fleet {
             .then(|| self.effect(key, &object, kind, role, &group))
             .flatten();
         let endpoint = (available && role == Role::Cluster)
-            .then(|| self.workloads.server(&group))
+            .then(|| self.hands.workloads.server(&group))
             .flatten();
         let at_provider = available.then(|| cloud::at_provider(&object, endpoint.as_deref()));
         let status = cloud::status_update(&object, &phase, at_provider, &timestamp());
@@ -626,7 +627,13 @@ impl Fleet {
                 // does; EKS's comes from ClusterAuth).
                 let connection = object["spec"]["writeConnectionSecretToRef"]["name"]
                     .as_str()
-                    .map(|secret| (key.1.clone(), secret.to_string()));
+                    .map(|secret| Connection {
+                        namespace: key.1.clone(),
+                        name: secret.to_string(),
+                        cluster: Some(group.to_string()),
+                        kind: kind.kind.to_string(),
+                    })
+                    .filter(|c| !self.written(c));
                 return Some(Effect::Cluster {
                     name: group.to_string(),
                     connection,
@@ -646,13 +653,21 @@ impl Fleet {
             Role::Other => {}
         }
         let secret = object["spec"]["writeConnectionSecretToRef"]["name"].as_str()?;
-        let cluster = (kind.kind != "ServiceAccountKey").then(|| group.to_string());
-        Some(Effect::Connection {
+        let connection = Connection {
             namespace: key.1.clone(),
             name: secret.to_string(),
-            cluster,
+            cluster: (kind.kind != "ServiceAccountKey").then(|| group.to_string()),
             kind: kind.kind.to_string(),
-        })
+        };
+        // Each pass of a Ready resource would write it again otherwise.
+        (!self.written(&connection)).then_some(Effect::Connection(connection))
+    }
+
+    /// Whether a connection Secret, as watched, holds what it should.
+    fn written(&self, connection: &Connection) -> bool {
+        let secret = self.get(SECRETS, &connection.namespace, &connection.name);
+        let data = work::connection_data(&self.hands.workloads, connection);
+        secret.zip(data).is_some_and(|(s, d)| work::holds(s, &d))
     }
 
     /// The devices and fabric of pool `pool` of InferenceCluster `cluster`:
@@ -755,7 +770,11 @@ impl Fleet {
             blocked: blocked.clone(),
             failure: chart.as_ref().err().map(String::as_str),
             since: self.since.get(key).copied(),
-            provisioning: self.config.profile.scale(self.config.profile.release),
+            provisioning: self
+                .hands
+                .config
+                .profile
+                .scale(self.hands.config.profile.release),
             now,
         };
         let phase = cloud::phase(&observation);
@@ -807,125 +826,6 @@ impl Fleet {
         secret_field(secret, field).ok_or_else(|| {
             format!("cannot connect to the provider: credentials secret {namespace}/{name} has no key {field}")
         })
-    }
-
-    /// Carries out one step: the effect first (a cluster must exist before
-    /// it is reported Ready), then the status. False if it must be retried.
-    async fn execute(&self, work: Work) -> bool {
-        if let Some(effect) = work.effect
-            && let Err(e) = self.apply_effect(effect).await
-        {
-            tracing::warn!(object = %work.object["metadata"]["name"], error = %e, "simulated cloud step failed; retrying");
-            return false;
-        }
-        if let Some(status) = work.status {
-            let kind = api_kind(work.index);
-            let manager = KINDS
-                .get(work.index)
-                .and_then(|k| k.provider)
-                .unwrap_or(MANAGER);
-            if let Err(e) =
-                client::apply_status(&self.config.control, &kind, &work.object, &status, manager)
-                    .await
-            {
-                tracing::debug!(object = %work.object["metadata"]["name"], error = %e, "status write failed; retrying");
-                return false;
-            }
-        }
-        true
-    }
-
-    async fn apply_effect(&self, effect: Effect) -> Result<(), String> {
-        let control = &self.config.control;
-        match effect {
-            Effect::Cluster { name, connection } => {
-                self.workloads
-                    .create(control, &self.config.kubeconfig, &name)
-                    .await?;
-                match connection {
-                    Some((namespace, secret)) => {
-                        self.write_connection(&namespace, &secret, Some(name), "Cluster")
-                            .await
-                    }
-                    None => Ok(()),
-                }
-            }
-            Effect::ClusterGone { name } => self.workloads.delete(control, &name).await,
-            Effect::Pool {
-                cluster,
-                id,
-                pool,
-                provider,
-                hardware,
-            } => {
-                let workload = self
-                    .workloads
-                    .by_name(&cluster)
-                    .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
-                workload.set_hardware(&pool.name, hardware);
-                workload.set_pool(&id, pool, provider).await
-            }
-            Effect::PoolGone { cluster, id } => match self.workloads.by_name(&cluster) {
-                Some(workload) => workload.remove_pool(&id).await,
-                None => Ok(()),
-            },
-            Effect::Connection {
-                namespace,
-                name,
-                cluster,
-                kind,
-            } => {
-                self.write_connection(&namespace, &name, cluster, &kind)
-                    .await
-            }
-            Effect::Release {
-                kubeconfig,
-                chart,
-                namespace,
-            } => {
-                let workload = self.workloads.connect(&kubeconfig).await?;
-                workload.install(chart, &namespace).await
-            }
-        }
-    }
-
-    /// Writes a resource's connection Secret: a cluster's kubeconfig (as
-    /// reached through its network path) and endpoint, or a key.
-    async fn write_connection(
-        &self,
-        namespace: &str,
-        name: &str,
-        cluster: Option<String>,
-        kind: &str,
-    ) -> Result<(), String> {
-        let data = match cluster {
-            Some(cluster) => {
-                let workload = self
-                    .workloads
-                    .by_name(&cluster)
-                    .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
-                json!({ "kubeconfig": workload.kubeconfig, "endpoint": workload.server })
-            }
-            None => json!({ "private_key": format!("simulated {kind} key") }),
-        };
-        let written = self.get(SECRETS, namespace, name).is_some_and(|secret| {
-            data.as_object()
-                .into_iter()
-                .flatten()
-                .all(|(key, value)| value.as_str() == secret_field(secret, key).as_deref())
-        });
-        if written {
-            // Each pass of a Ready resource would write it again otherwise.
-            return Ok(());
-        }
-        let secret = json!({
-            "apiVersion": "v1", "kind": "Secret", "type": "connection.crossplane.io/v1alpha1",
-            "metadata": { "name": name, "namespace": namespace },
-            "stringData": data,
-        });
-        client::apply(&self.config.control, &builtin::secret(), &secret, MANAGER)
-            .await
-            .map_err(|e| e.to_string())
     }
 }
 
