@@ -8,10 +8,12 @@
 //! `cargo build --release -p modelplane && cargo run --release -p sim-bench --bin scale`
 //! (`CLUSTERS`, `POOLS`, `NODES`, `IDLE_SECONDS`, `MODELPLANE`).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -209,27 +211,38 @@ impl Node {
 
 /// Waits until `want` nodes of the cluster `kubeconfig` reaches are Ready:
 /// one list, then a watch from it (listing again and again would load the
-/// API server more than the simulator under test does).
-async fn nodes_ready(kubeconfig: String, want: usize) -> anyhow::Result<()> {
+/// API server more than the simulator under test does). One client for the
+/// whole wait: a client per attempt opened a TLS connection each time, a
+/// thousand every half second, and the handshakes took a quarter of the API
+/// server's CPU from the simulator it serves.
+async fn nodes_ready(
+    kubeconfig: String,
+    want: usize,
+    ready_nodes: Arc<AtomicUsize>,
+) -> anyhow::Result<()> {
     let nodes = Request::new("/api/v1/nodes");
+    let client = client_for(&kubeconfig).await?;
     let retry = || tokio::time::sleep(Duration::from_millis(500));
+    let mut ready = HashSet::new();
+    let count = |ready: &HashSet<String>, before: usize| {
+        ready_nodes.fetch_add(ready.len(), Ordering::Relaxed);
+        ready_nodes.fetch_sub(before, Ordering::Relaxed);
+    };
     loop {
         // The cluster's API answers once the simulated cloud created it.
-        let Ok(client) = client_for(&kubeconfig).await else {
-            retry().await;
-            continue;
-        };
         let list = nodes.list(&ListParams::default())?;
         let Ok(list) = client.request::<ObjectList<Node>>(list).await else {
             retry().await;
             continue;
         };
-        let mut ready: HashSet<String> = list
+        let before = ready.len();
+        ready = list
             .items
             .into_iter()
             .filter(Node::is_ready)
             .map(|n| n.metadata.name)
             .collect();
+        count(&ready, before);
         if ready.len() >= want {
             return Ok(());
         }
@@ -246,6 +259,7 @@ async fn nodes_ready(kubeconfig: String, want: usize) -> anyhow::Result<()> {
                 retry().await;
                 break;
             };
+            let before = ready.len();
             match event {
                 WatchEvent::Added(n) | WatchEvent::Modified(n) if n.is_ready() => {
                     ready.insert(n.metadata.name);
@@ -257,7 +271,59 @@ async fn nodes_ready(kubeconfig: String, want: usize) -> anyhow::Result<()> {
                 // Expired or failed: list again.
                 WatchEvent::Error(_) => break,
             }
+            count(&ready, before);
             if ready.len() >= want {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// The name of the connection Secret of cluster `c`, as `declare` asks for it.
+fn kubeconfig_secret(c: usize) -> String {
+    format!("c{c:04}-kubeconfig")
+}
+
+/// Calls `found` once for each cluster (by index) whose kubeconfig Secret
+/// the simulated cloud has written, watching the control plane's Secrets:
+/// a cluster's node watch starts once its API can answer.
+async fn kubeconfigs_written(
+    root: &Client,
+    clusters: usize,
+    mut found: impl FnMut(usize),
+) -> anyhow::Result<()> {
+    let secrets: Api<DynamicObject> = Api::namespaced_with(
+        root.clone(),
+        "modelplane-system",
+        &resource("v1", "Secret", "secrets"),
+    );
+    let mut pending: HashMap<String, usize> =
+        (0..clusters).map(|c| (kubeconfig_secret(c), c)).collect();
+    let mut note = |name: Option<&String>| {
+        if let Some(c) = name.and_then(|n| pending.remove(n)) {
+            found(c);
+        }
+        pending.is_empty()
+    };
+    loop {
+        let list = secrets.list_metadata(&ListParams::default()).await?;
+        let mut all = clusters == 0;
+        for s in &list.items {
+            all = note(s.metadata.name.as_ref());
+        }
+        if all {
+            return Ok(());
+        }
+        let version = list.metadata.resource_version.unwrap_or_default();
+        let mut events = secrets
+            .watch_metadata(&WatchParams::default(), &version)
+            .await?
+            .boxed();
+        // A watch that ends or fails: list again.
+        while let Some(Ok(event)) = events.next().await {
+            if let WatchEvent::Added(s) | WatchEvent::Modified(s) = &event
+                && note(s.metadata.name.as_ref())
+            {
                 return Ok(());
             }
         }
@@ -355,25 +421,46 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let want = pools * nodes;
-    let mut waits = tokio::task::JoinSet::new();
-    for c in 0..clusters {
-        let kubeconfig = kubeconfig.replace(&url, &format!("{url}/clusters/c{c:04}"));
-        waits.spawn(nodes_ready(kubeconfig, want));
-    }
-    let deadline = tokio::time::sleep(Duration::from_secs(1800));
-    tokio::pin!(deadline);
-    let mut done = 0;
-    while done < clusters {
-        tokio::select! {
-            finished = waits.join_next() => {
-                finished.context("a cluster's wait ended early")???;
-                done += 1;
+    let ready_nodes = Arc::new(AtomicUsize::new(0));
+    let written = Arc::new(AtomicUsize::new(0));
+    let progress = {
+        let (ready_nodes, written) = (ready_nodes.clone(), written.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                println!(
+                    "{:5.1} s: {} clusters answering, {} of {} nodes Ready",
+                    started.elapsed().as_secs_f64(),
+                    written.load(Ordering::Relaxed),
+                    ready_nodes.load(Ordering::Relaxed),
+                    clusters * want
+                );
             }
-            () = &mut deadline => {
-                bail!("after 30 minutes {done} of {clusters} clusters have all their nodes Ready");
-            }
+        })
+    };
+    let everything = async {
+        let mut waits = tokio::task::JoinSet::new();
+        kubeconfigs_written(&root, clusters, |c| {
+            written.fetch_add(1, Ordering::Relaxed);
+            let kubeconfig = kubeconfig.replace(&url, &format!("{url}/clusters/c{c:04}"));
+            waits.spawn(nodes_ready(kubeconfig, want, ready_nodes.clone()));
+        })
+        .await?;
+        while let Some(finished) = waits.join_next().await {
+            finished.context("a cluster's wait ended early")??;
         }
-    }
+        anyhow::Ok(())
+    };
+    let waited = tokio::time::timeout(Duration::from_secs(1800), everything).await;
+    progress.abort();
+    waited.map_err(|_| {
+        anyhow::anyhow!(
+            "after 30 minutes {} of {} nodes are Ready",
+            ready_nodes.load(Ordering::Relaxed),
+            clusters * want
+        )
+    })??;
     let all_ready = started.elapsed();
     println!(
         "every node Ready ({} nodes) {:.1} s after the first write",
