@@ -422,9 +422,11 @@ impl Workload {
             _ => 0,
         };
         // Each node's kubelet registers on its own, all at once.
+        let registering =
+            nodes::PoolNodes::new(&pool, resource, provider, self.kubelet_port, &stamp);
         let failed = futures_util::stream::iter(kept..pool.count)
             .map(|index| {
-                let node = nodes::node(&pool, resource, provider, index, self.kubelet_port, &stamp);
+                let node = registering.node(index);
                 async move { self.register_node(&node).await }
             })
             .buffer_unordered(NODES_AT_ONCE)

@@ -37,30 +37,67 @@ pub fn node_name(pool: &str, index: u32) -> String {
     format!("{pool}-node-{index}")
 }
 
-/// Node `index` of a pool, `resource` being the cloud resource's name,
-/// with its status (a kubelet that started and posts Ready).
-pub fn node(
+/// The nodes a pool registers: alike but for their names and zones, so
+/// built once per pool and stamped for each node (built afresh, node by
+/// node, they were a sixth of the simulator's CPU at 128,000 nodes).
+pub struct PoolNodes {
+    template: Value,
+    pool: String,
+    resource: String,
+    zones: Vec<String>,
+}
+
+impl PoolNodes {
+    /// The nodes of `pool`, `resource` being the cloud resource's name, as
+    /// their kubelets register them at `timestamp` (started, posting Ready).
+    pub fn new(
+        pool: &Pool,
+        resource: &str,
+        provider: &str,
+        kubelet_port: u16,
+        timestamp: &str,
+    ) -> PoolNodes {
+        PoolNodes {
+            template: template(pool, resource, provider, kubelet_port, timestamp),
+            pool: pool.name.clone(),
+            resource: resource.to_string(),
+            zones: pool.zones.clone(),
+        }
+    }
+
+    /// Node `index`, with its status.
+    pub fn node(&self, index: u32) -> Value {
+        let name = node_name(&self.pool, index);
+        let mut node = self.template.clone();
+        node["metadata"]["labels"]["kubernetes.io/hostname"] = json!(name);
+        if !self.zones.is_empty() {
+            node["metadata"]["labels"]["topology.kubernetes.io/zone"] =
+                json!(self.zones[index as usize % self.zones.len()]);
+        }
+        node["spec"]["providerID"] = json!(format!("sim://{}/{name}", self.resource));
+        node["status"]["addresses"][1]["address"] = json!(name);
+        node["metadata"]["name"] = json!(name);
+        node
+    }
+}
+
+/// What every node of a pool has: its labels and taints, capacity from the
+/// machine type, a kubelet posting Ready.
+fn template(
     pool: &Pool,
     resource: &str,
     provider: &str,
-    index: u32,
     kubelet_port: u16,
     timestamp: &str,
 ) -> Value {
-    let name = node_name(&pool.name, index);
     let mut labels = json!({
-        "kubernetes.io/hostname": name,
+        "kubernetes.io/hostname": "",
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "node.kubernetes.io/instance-type": pool.instance_type,
     });
     for (k, v) in &pool.labels {
         labels[k] = json!(v);
-    }
-    if let Some(zone) =
-        (!pool.zones.is_empty()).then(|| &pool.zones[index as usize % pool.zones.len()])
-    {
-        labels["topology.kubernetes.io/zone"] = json!(zone);
     }
     if let Some(key) = cloud_pool_label(provider) {
         labels[key] = json!(resource);
@@ -72,7 +109,7 @@ pub fn node(
         .collect();
     let (cpu, memory) = machine(&pool.instance_type);
     let capacity = json!({ "cpu": cpu.to_string(), "memory": memory, "pods": "110", "ephemeral-storage": "500Gi" });
-    let mut spec = json!({ "providerID": format!("sim://{resource}/{name}") });
+    let mut spec = json!({ "providerID": "" });
     if !taints.is_empty() {
         spec["taints"] = json!(taints);
     }
@@ -80,7 +117,7 @@ pub fn node(
     json!({
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": { "name": name, "labels": labels, "annotations": { MANAGED_TAINTS: managed } },
+        "metadata": { "name": "", "labels": labels, "annotations": { MANAGED_TAINTS: managed } },
         "spec": spec,
         "status": {
             "capacity": capacity,
@@ -90,7 +127,7 @@ pub fn node(
                 // Every kubelet of a simulated cluster answers on one
                 // loopback port (the API server asks it for pod logs).
                 { "type": "InternalIP", "address": "127.0.0.1" },
-                { "type": "Hostname", "address": name },
+                { "type": "Hostname", "address": "" },
             ],
             "daemonEndpoints": { "kubeletEndpoint": { "Port": kubelet_port } },
             "nodeInfo": {
@@ -463,15 +500,25 @@ mod tests {
             instance_type: "p5en.48xlarge".into(),
             zones: vec!["us-east-1a".into()],
         };
-        let node = node(
+        let nodes = PoolNodes::new(
             &pool,
             "us-east-pool-h200-297ac",
             "provider-aws-eks",
-            1,
             10250,
             "t",
         );
+        let node = nodes.node(1);
         assert_eq!(node["metadata"]["name"], "h200-node-1");
+        assert_eq!(
+            node["metadata"]["labels"]["kubernetes.io/hostname"],
+            "h200-node-1"
+        );
+        assert_eq!(
+            node["spec"]["providerID"],
+            "sim://us-east-pool-h200-297ac/h200-node-1"
+        );
+        assert_eq!(node["status"]["addresses"][1]["address"], "h200-node-1");
+        assert_ne!(nodes.node(0)["metadata"]["name"], node["metadata"]["name"]);
         let labels = &node["metadata"]["labels"];
         assert_eq!(labels["modelplane.ai/pool"], "h200");
         assert_eq!(
