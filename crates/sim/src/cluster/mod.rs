@@ -387,6 +387,20 @@ impl Workload {
         self.edge.lock().ok()?.clone()
     }
 
+    /// Whether the pool cloud resource `resource` brings is `pool`, with
+    /// every node registered, and its nodes have `hardware`: nothing to do.
+    pub fn has_pool(&self, resource: &str, pool: &Pool, hardware: &dra::Hardware) -> bool {
+        let registered = self
+            .pools
+            .lock()
+            .is_ok_and(|pools| pools.get(resource) == Some(&(pool.clone(), None)));
+        registered
+            && self
+                .hardware
+                .lock()
+                .is_ok_and(|h| h.get(&pool.name) == Some(hardware))
+    }
+
     /// The pool cloud resource `resource` brings has its nodes: nodes are
     /// added up to its count and removed above it.
     pub async fn set_pool(

@@ -245,6 +245,8 @@ struct Fleet {
     groups: HashMap<String, BTreeSet<Key>>,
     /// The group each grouped key is in.
     group_of: HashMap<Key, String>,
+    /// A connection Secret `(namespace, name)` → the resource writing it.
+    connections: HashMap<(String, String), Key>,
     /// When each resource was first unblocked with its provider running.
     since: HashMap<Key, Duration>,
     wakes: BTreeMap<Duration, BTreeSet<Key>>,
@@ -273,6 +275,7 @@ impl Fleet {
             names: HashMap::new(),
             groups: HashMap::new(),
             group_of: HashMap::new(),
+            connections: HashMap::new(),
             since: HashMap::new(),
             wakes: BTreeMap::new(),
             dirty: BTreeSet::new(),
@@ -312,12 +315,18 @@ impl Fleet {
                         names.push(key.clone());
                     }
                     self.regroup(&key, group_label(&object));
+                    if let Some(secret) = connection_secret(&key, &object) {
+                        self.connections.insert(secret, key.clone());
+                    }
                     self.touch(&key, &object);
                 }
                 Touched::Deleted(key, object) => {
                     self.since.remove(&key);
                     if let Some(keys) = self.names.get_mut(&(key.1.clone(), key.2.clone())) {
                         keys.retain(|k| k != &key);
+                    }
+                    if let Some(secret) = connection_secret(&key, &object) {
+                        self.connections.remove(&secret);
                     }
                     self.touch(&key, &object);
                     self.regroup(&key, None);
@@ -337,6 +346,10 @@ impl Fleet {
             // not block on: nothing here reads them.
             return;
         }
+        if key.0 == SECRETS {
+            self.secret_touched(key);
+            return;
+        }
         let broad = EXTRA.contains(&key.0)
             || kind.is_some_and(|k| k.provider.is_none() || !crossplane::is_managed(k));
         if broad {
@@ -346,6 +359,20 @@ impl Fleet {
         self.dirty.insert(key.clone());
         if let Some(related) = group_label(object).and_then(|g| self.groups.get(g)) {
             self.dirty.extend(related.iter().cloned());
+        }
+    }
+
+    /// Marks what reads Secret `key`: the resource it is the connection
+    /// Secret of (rewritten if it no longer holds what it should), and the
+    /// Helm releases (credentials). Planning every resource again for each
+    /// Secret instead cost a thousand clusters' fleet ten million plans.
+    fn secret_touched(&mut self, key: &Key) {
+        if let Some(owner) = self.connections.get(&(key.1.clone(), key.2.clone())) {
+            self.dirty.insert(owner.clone());
+        }
+        if let Some(releases) = Self::kind_index("helm.m.crossplane.io", "Release") {
+            let keys: Vec<Key> = self.objects.of(releases).map(|(k, _)| k.clone()).collect();
+            self.dirty.extend(keys);
         }
     }
 
@@ -625,15 +652,17 @@ impl Fleet {
             Role::Cluster => {
                 // A cluster resource may write its own kubeconfig (GKE's
                 // does; EKS's comes from ClusterAuth).
-                let connection = object["spec"]["writeConnectionSecretToRef"]["name"]
-                    .as_str()
-                    .map(|secret| Connection {
-                        namespace: key.1.clone(),
-                        name: secret.to_string(),
+                let connection = connection_secret(key, object)
+                    .map(|(namespace, name)| Connection {
+                        namespace,
+                        name,
                         cluster: Some(group.to_string()),
                         kind: kind.kind.to_string(),
                     })
                     .filter(|c| !self.written(c));
+                if connection.is_none() && self.hands.workloads.by_name(group).is_some() {
+                    return None;
+                }
                 return Some(Effect::Cluster {
                     name: group.to_string(),
                     connection,
@@ -642,6 +671,11 @@ impl Fleet {
             Role::Pool => {
                 let pool = cloud::pool(kind.kind, kind.group, object)?;
                 let hardware = self.hardware(group, &pool.name);
+                let workload = self.hands.workloads.by_name(group);
+                if workload.is_some_and(|w| w.has_pool(&key.2, &pool, &hardware)) {
+                    // Each change to a cluster's resources plans them all.
+                    return None;
+                }
                 return Some(Effect::Pool {
                     cluster: group.to_string(),
                     id: key.2.clone(),
@@ -652,10 +686,10 @@ impl Fleet {
             }
             Role::Other => {}
         }
-        let secret = object["spec"]["writeConnectionSecretToRef"]["name"].as_str()?;
+        let (namespace, name) = connection_secret(key, object)?;
         let connection = Connection {
-            namespace: key.1.clone(),
-            name: secret.to_string(),
+            namespace,
+            name,
             cluster: (kind.kind != "ServiceAccountKey").then(|| group.to_string()),
             kind: kind.kind.to_string(),
         };
@@ -827,6 +861,15 @@ impl Fleet {
             format!("cannot connect to the provider: credentials secret {namespace}/{name} has no key {field}")
         })
     }
+}
+
+/// The connection Secret `(namespace, name)` resource `key` writes, if any
+/// (in its own namespace unless it names one).
+fn connection_secret(key: &Key, object: &Value) -> Option<(String, String)> {
+    let to = &object["spec"]["writeConnectionSecretToRef"];
+    let name = to["name"].as_str()?;
+    let namespace = to["namespace"].as_str().unwrap_or(&key.1);
+    Some((namespace.to_string(), name.to_string()))
 }
 
 /// The group of the ProviderConfig kinds a managed resource's provider reads.
