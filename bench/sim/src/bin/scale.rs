@@ -468,6 +468,12 @@ async fn main() -> anyhow::Result<()> {
         all_ready.as_secs_f64()
     );
     let (sim_pid, server_pid) = (sim.0.id(), server.0.id());
+    // CPU spent, less swayed than the time by what else the machine runs.
+    println!(
+        "CPU spent by then: sim {:.1} s, apiserver {:.1} s",
+        cpu_seconds(sim_pid),
+        cpu_seconds(server_pid)
+    );
     let cpu0 = cpu_seconds(sim_pid);
     tokio::time::sleep(Duration::from_secs(idle as u64)).await;
     let cpu = (cpu_seconds(sim_pid) - cpu0) / idle as f64 * 100.0;
