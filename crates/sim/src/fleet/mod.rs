@@ -36,6 +36,8 @@ pub const MANAGER: &str = "crossplane";
 const CREDENTIALS_NAMESPACE: &str = "crossplane-system";
 /// How often something blocked on what the sim does not watch is looked at again.
 const RETRY: Duration = Duration::from_secs(1);
+/// How often at most every resource is planned again after broad changes.
+const FULL_PLAN_EVERY: Duration = Duration::from_millis(500);
 /// Steps carried out at once, as a provider's reconcilers run side by side.
 const STEPS_AT_ONCE: usize = 16;
 
@@ -245,6 +247,8 @@ struct Fleet {
     groups: HashMap<String, BTreeSet<Key>>,
     /// The group each grouped key is in.
     group_of: HashMap<Key, String>,
+    /// Whether each managed resource was Ready when last seen.
+    readiness: HashMap<Key, bool>,
     /// A connection Secret `(namespace, name)` → the resource writing it.
     connections: HashMap<(String, String), Key>,
     /// When each resource was first unblocked with its provider running.
@@ -255,6 +259,8 @@ struct Fleet {
     /// one flag, where marking each resource once per such change made a
     /// fleet's thousand connection Secrets cost ten million insertions.
     everything: bool,
+    /// When `everything` may be planned again.
+    next_full_plan: Duration,
     gone: Vec<(usize, Arc<Value>)>,
     /// Statuses to write besides the plan's (Faults').
     pending_status: Vec<(usize, Value, Value)>,
@@ -276,10 +282,12 @@ impl Fleet {
             groups: HashMap::new(),
             group_of: HashMap::new(),
             connections: HashMap::new(),
+            readiness: HashMap::new(),
             since: HashMap::new(),
             wakes: BTreeMap::new(),
             dirty: BTreeSet::new(),
             everything: false,
+            next_full_plan: Duration::ZERO,
             gone: Vec::new(),
             pending_status: Vec::new(),
             queued: VecDeque::new(),
@@ -300,11 +308,11 @@ impl Fleet {
             match touched {
                 Touched::Applied(key, object) if key.0 == FAULTS => {
                     self.fault_applied(&key, &object);
-                    self.touch(&key, &object);
+                    self.touch(&key, &object, false);
                 }
                 Touched::Deleted(key, object) if key.0 == FAULTS => {
                     self.hands.config.faults.clear(&key.2);
-                    self.touch(&key, &object);
+                    self.touch(&key, &object, true);
                 }
                 Touched::Applied(key, object) => {
                     let names = self
@@ -318,7 +326,7 @@ impl Fleet {
                     if let Some(secret) = connection_secret(&key, &object) {
                         self.connections.insert(secret, key.clone());
                     }
-                    self.touch(&key, &object);
+                    self.touch(&key, &object, false);
                 }
                 Touched::Deleted(key, object) => {
                     self.since.remove(&key);
@@ -328,7 +336,7 @@ impl Fleet {
                     if let Some(secret) = connection_secret(&key, &object) {
                         self.connections.remove(&secret);
                     }
-                    self.touch(&key, &object);
+                    self.touch(&key, &object, true);
                     self.regroup(&key, None);
                     self.gone.push((key.0, object));
                 }
@@ -339,7 +347,7 @@ impl Fleet {
     /// Marks what a change to `object` may affect: itself, its cluster's
     /// other resources (references), and everything for the kinds that
     /// gate many (providers, their configs, Secrets).
-    fn touch(&mut self, key: &Key, object: &Value) {
+    fn touch(&mut self, key: &Key, object: &Value, gone: bool) {
         let kind = KINDS.get(key.0);
         if kind.is_some_and(|k| k.group == USAGES) {
             // Usages only guard deletion, which the simulated providers do
@@ -350,6 +358,14 @@ impl Fleet {
             self.secret_touched(key);
             return;
         }
+        if key.0 == CLUSTERS {
+            // An InferenceCluster gives its pools' hardware: its own cloud
+            // resources read it (the controllers write its status often).
+            if let Some(related) = self.groups.get(&key.2) {
+                self.dirty.extend(related.iter().cloned());
+            }
+            return;
+        }
         let broad = EXTRA.contains(&key.0)
             || kind.is_some_and(|k| k.provider.is_none() || !crossplane::is_managed(k));
         if broad {
@@ -357,6 +373,17 @@ impl Fleet {
             return;
         }
         self.dirty.insert(key.clone());
+        // Others read of it only whether it is there and Ready (a reference
+        // resolves to a Ready resource): a change that leaves both as they
+        // were, most often its own status written back, concerns it alone.
+        let ready = (!gone).then(|| cloud::is_ready(object));
+        let before = match ready {
+            Some(ready) => self.readiness.insert(key.clone(), ready),
+            None => self.readiness.remove(key),
+        };
+        if before == ready {
+            return;
+        }
         if let Some(related) = group_label(object).and_then(|g| self.groups.get(g)) {
             self.dirty.extend(related.iter().cloned());
         }
@@ -416,7 +443,12 @@ impl Fleet {
         for (index, object) in std::mem::take(&mut self.gone) {
             self.queued.extend(self.gone_effect(index, &object));
         }
-        if std::mem::take(&mut self.everything) {
+        if self.everything && now < self.next_full_plan {
+            // Broad changes come in runs (a fleet's provider configs): one
+            // full plan per run's worth, as the loop's batches once gave.
+            self.wakes.entry(self.next_full_plan).or_default();
+        } else if std::mem::take(&mut self.everything) {
+            self.next_full_plan = now + FULL_PLAN_EVERY;
             self.dirty = self
                 .objects
                 .keys()
