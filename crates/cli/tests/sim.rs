@@ -821,9 +821,10 @@ fn eks_cluster(name: &str, nodes: Option<u32>) -> String {
     documents(&objects)
 }
 
-fn node_count(server: &Server, cluster: &str) -> usize {
-    let (_, out, _) = server.kubectl_in(Some(cluster), &["get", "nodes", "-o", "name"], None);
-    out.lines().count()
+/// How many nodes cluster `cluster` has; None if it cannot be listed.
+fn node_count(server: &Server, cluster: &str) -> Option<usize> {
+    let (ok, out, _) = server.kubectl_in(Some(cluster), &["get", "nodes", "-o", "name"], None);
+    ok.then(|| out.lines().count())
 }
 
 /// The simulated cloud goes on with the rest of the fleet while a pool's
@@ -842,7 +843,7 @@ fn a_pool_registering_its_nodes_holds_up_no_other_cluster() {
     wait_for(
         "the first cluster's nodes registering",
         Duration::from_secs(60),
-        || (node_count(&server, "first") > 0).then_some(()),
+        || node_count(&server, "first").filter(|n| *n > 0),
     );
     server.apply(None, &eks_cluster("second", None));
     wait_for(
@@ -863,7 +864,7 @@ fn a_pool_registering_its_nodes_holds_up_no_other_cluster() {
             ok.then_some(())
         },
     );
-    let registered = node_count(&server, "first");
+    let registered = node_count(&server, "first").expect("the first cluster's nodes listed");
     assert!(
         registered < NODES as usize,
         "the second cluster answered only once the first's {NODES} nodes had all registered"

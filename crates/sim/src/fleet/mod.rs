@@ -391,16 +391,42 @@ impl Fleet {
 
     /// Marks what reads Secret `key`: the resource it is the connection
     /// Secret of (rewritten if it no longer holds what it should), and the
-    /// Helm releases (credentials). Planning every resource again for each
+    /// Helm releases it is the credentials of. Planning every resource again for each
     /// Secret instead cost a thousand clusters' fleet ten million plans.
     fn secret_touched(&mut self, key: &Key) {
         if let Some(owner) = self.connections.get(&(key.1.clone(), key.2.clone())) {
             self.dirty.insert(owner.clone());
         }
-        if let Some(releases) = Self::kind_index("helm.m.crossplane.io", "Release") {
-            let keys: Vec<Key> = self.objects.of(releases).map(|(k, _)| k.clone()).collect();
-            self.dirty.extend(keys);
-        }
+        let (Some(configs), Some(releases)) = (
+            Self::kind_index("helm.m.crossplane.io", "ProviderConfig"),
+            Self::kind_index("helm.m.crossplane.io", "Release"),
+        ) else {
+            return;
+        };
+        // The Helm provider configs whose credentials it is (as
+        // `release_kubeconfig` reads them), then the releases using those.
+        let reading: BTreeSet<(&str, &str)> = self
+            .objects
+            .of(configs)
+            .filter(|(k, config)| {
+                let secret = &config["spec"]["credentials"]["secretRef"];
+                secret["name"] == key.2.as_str()
+                    && secret["namespace"].as_str().unwrap_or(&k.1) == key.1
+            })
+            .map(|(k, _)| (k.1.as_str(), k.2.as_str()))
+            .collect();
+        let keys: Vec<Key> = self
+            .objects
+            .of(releases)
+            .filter(|(k, release)| {
+                let config = release["spec"]["providerConfigRef"]["name"]
+                    .as_str()
+                    .unwrap_or("default");
+                reading.contains(&(k.1.as_str(), config))
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        self.dirty.extend(keys);
     }
 
     /// Files `key` under `group` (none: under no group), out of any other.
@@ -649,10 +675,10 @@ impl Fleet {
         if let Phase::Creating { ready_at } = phase {
             self.wake(key.clone(), ready_at);
         }
-        if matches!(phase, Phase::Blocked(_))
-            && blocked.as_deref().is_some_and(|b| b.contains("not found"))
-        {
-            // A reference to something not yet created: look again.
+        if matches!(phase, Phase::Blocked(_)) {
+            // A reference not yet created or not yet Ready: look again (a
+            // resource of another cluster's group, or of none, does not
+            // replan this one when it turns Ready).
             self.wake(key.clone(), now + RETRY);
         }
         let available = phase == Phase::Available;
