@@ -5,6 +5,7 @@
 //! clusters and reports each provider's health.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -270,6 +271,8 @@ struct Fleet {
     /// The objects with a step under way: one at a time each, and one
     /// marked dirty meanwhile is planned again once it is done.
     running: HashSet<Key>,
+    /// The object last taken out of `dirty`.
+    cursor: Option<Key>,
 }
 
 impl Fleet {
@@ -292,6 +295,7 @@ impl Fleet {
             pending_status: Vec::new(),
             queued: VecDeque::new(),
             running: HashSet::new(),
+            cursor: None,
         }
     }
 
@@ -498,7 +502,7 @@ impl Fleet {
         self.queued = waiting;
         let mut skipped = Vec::new();
         while work.len() < room
-            && let Some(key) = self.dirty.pop_first()
+            && let Some(key) = self.next_dirty()
         {
             if self.running.contains(&key) {
                 skipped.push(key);
@@ -509,6 +513,23 @@ impl Fleet {
         }
         self.dirty.extend(skipped);
         work
+    }
+
+    /// The next object to plan, taken out of `dirty`: the first after the
+    /// last one taken, round the set. Taken from the start each time, the
+    /// first kinds' steps that keep failing (a Helm release whose cluster
+    /// is not up again after a restart, waiting 5 s to fail each time) took
+    /// every worker, and the cloud clusters they waited for never had one.
+    fn next_dirty(&mut self) -> Option<Key> {
+        let after = self.cursor.as_ref().and_then(|last| {
+            self.dirty
+                .range((Bound::Excluded(last), Bound::Unbounded))
+                .next()
+        });
+        let key = after.or_else(|| self.dirty.first())?.clone();
+        self.dirty.remove(&key);
+        self.cursor = Some(key.clone());
+        Some(key)
     }
 
     /// The step for `key` is done; one that failed is tried again later.
