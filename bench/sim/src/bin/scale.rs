@@ -8,7 +8,7 @@
 //! `cargo build --release -p modelplane && cargo run --release -p sim-bench --bin scale`
 //! (`CLUSTERS`, `POOLS`, `NODES`, `IDLE_SECONDS`, `MODELPLANE`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -19,12 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures_util::StreamExt;
 use kube::api::{
-    Api, ApiResource, DynamicObject, ListParams, ObjectList, Patch, PatchParams, WatchEvent,
-    WatchParams,
+    Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, WatchEvent, WatchParams,
 };
-use kube::core::Request;
 use kube::{Client, Config};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 struct Killed(Child);
@@ -163,120 +160,24 @@ async fn declare(
     Ok(())
 }
 
-/// What the harness reads of a node. Parsing each watched node whole (as a
-/// `DynamicObject`) cost the harness a seventh of the machine's CPU, taken
-/// from the processes it measures.
-#[derive(Clone, Debug, Deserialize)]
-struct Node {
-    metadata: Named,
-    #[serde(default, deserialize_with = "null_as_default")]
-    status: NodeStatus,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-struct Named {
-    name: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-struct NodeStatus {
-    #[serde(default, deserialize_with = "null_as_default")]
-    conditions: Vec<Condition>,
-}
-
-/// A field that may be missing or `null`, as Kubernetes writes either.
-fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: serde::Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
-}
-
-#[derive(Clone, Debug, Deserialize)]
-struct Condition {
-    #[serde(rename = "type")]
-    kind: String,
-    status: String,
-}
-
-impl Node {
-    fn is_ready(&self) -> bool {
-        self.status
-            .conditions
-            .iter()
-            .any(|k| k.kind == "Ready" && k.status == "True")
-    }
-}
-
-/// Waits until `want` nodes of the cluster `kubeconfig` reaches are Ready:
-/// one list, then a watch from it (listing again and again would load the
-/// API server more than the simulator under test does). One client for the
-/// whole wait: a client per attempt opened a TLS connection each time, a
-/// thousand every half second, and the handshakes took a quarter of the API
-/// server's CPU from the simulator it serves.
+/// Waits until `want` nodes of the cluster `kubeconfig` reaches are Ready,
+/// adding what it counts to `ready_nodes`. One client for the whole wait:
+/// a client per attempt opened a TLS connection each time, a thousand every
+/// half second, and the handshakes took a quarter of the API server's CPU
+/// from the simulator it serves.
 async fn nodes_ready(
     kubeconfig: String,
     want: usize,
     ready_nodes: Arc<AtomicUsize>,
 ) -> anyhow::Result<()> {
-    let nodes = Request::new("/api/v1/nodes");
     let client = client_for(&kubeconfig).await?;
-    let retry = || tokio::time::sleep(Duration::from_millis(500));
-    let mut ready = HashSet::new();
-    let count = |ready: &HashSet<String>, before: usize| {
-        ready_nodes.fetch_add(ready.len(), Ordering::Relaxed);
+    let mut before = 0;
+    sim_bench::until_ready(&client, "/api/v1/nodes", want, |now| {
+        ready_nodes.fetch_add(now, Ordering::Relaxed);
         ready_nodes.fetch_sub(before, Ordering::Relaxed);
-    };
-    loop {
-        // The cluster's API answers once the simulated cloud created it.
-        let list = nodes.list(&ListParams::default())?;
-        let Ok(list) = client.request::<ObjectList<Node>>(list).await else {
-            retry().await;
-            continue;
-        };
-        let before = ready.len();
-        ready = list
-            .items
-            .into_iter()
-            .filter(Node::is_ready)
-            .map(|n| n.metadata.name)
-            .collect();
-        count(&ready, before);
-        if ready.len() >= want {
-            return Ok(());
-        }
-        let version = list.metadata.resource_version.unwrap_or_default();
-        let watch = nodes.watch(&WatchParams::default(), &version)?;
-        let Ok(events) = client.request_events::<Node>(watch).await else {
-            retry().await;
-            continue;
-        };
-        let mut events = events.boxed();
-        while let Some(event) = events.next().await {
-            // A line that fails: list again, after a pause.
-            let Ok(event) = event else {
-                retry().await;
-                break;
-            };
-            let before = ready.len();
-            match event {
-                WatchEvent::Added(n) | WatchEvent::Modified(n) if n.is_ready() => {
-                    ready.insert(n.metadata.name);
-                }
-                WatchEvent::Added(n) | WatchEvent::Modified(n) | WatchEvent::Deleted(n) => {
-                    ready.remove(&n.metadata.name);
-                }
-                WatchEvent::Bookmark(_) => {}
-                // Expired or failed: list again.
-                WatchEvent::Error(_) => break,
-            }
-            count(&ready, before);
-            if ready.len() >= want {
-                return Ok(());
-            }
-        }
-    }
+        before = now;
+    })
+    .await
 }
 
 /// The name of the connection Secret of cluster `c`, as `declare` asks for it.
