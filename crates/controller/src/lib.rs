@@ -81,6 +81,28 @@ pub enum Work {
     Connect(String),
 }
 
+impl Work {
+    /// The fleet's own work: connecting clusters and composing what they
+    /// run on (their cloud resources, stacks, providers, gateways). Models
+    /// are placed only on Ready clusters, so this goes first (see
+    /// [`queue`]).
+    pub fn is_fleet(&self) -> bool {
+        match self {
+            Work::Connect(_) => true,
+            Work::Orphans(_) => false,
+            Work::Reconcile(subject) => matches!(
+                subject,
+                Subject::Cluster(_)
+                    | Subject::Cloud(..)
+                    | Subject::Stack(_)
+                    | Subject::Providers
+                    | Subject::Gateway(_)
+                    | Subject::Class(_)
+            ),
+        }
+    }
+}
+
 /// What every task shares.
 pub struct Shared {
     /// What the watches observed.
@@ -136,7 +158,7 @@ impl Shared {
             leading,
             metrics: metrics::Metrics::default(),
             index: RwLock::default(),
-            queue: Queue::default(),
+            queue: Queue::prioritizing(Work::is_fleet),
             control: Arc::new(control),
             clusters: clusters::Clusters::default(),
             watched: Mutex::default(),

@@ -1,6 +1,12 @@
 //! The work queue: each subject at most once in the queue and at most once
 //! in flight (a subject changed while it reconciles runs again after), and
 //! retries after a delay that doubles per failure, up to a cap.
+//!
+//! Urgent work goes first, in a lane of its own, as controller-runtime
+//! gives each controller its own queue: a cluster's next step (its cloud
+//! cluster Ready, its stack installed) does not wait behind a hundred
+//! deployments each finding again that no cluster is Ready yet. The rest
+//! still gets every few turns, so it never starves.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::hash::Hash;
@@ -15,8 +21,16 @@ pub const FIRST_RETRY: Duration = Duration::from_millis(200);
 /// Longest retry delay.
 pub const MAX_RETRY: Duration = Duration::from_secs(60);
 
+/// Urgent items taken in a row while other work waits.
+pub const URGENT_IN_A_ROW: usize = 4;
+
 struct State<T> {
+    /// Queued urgent items, in order.
+    urgent: VecDeque<T>,
+    /// Queued other items, in order.
     ready: VecDeque<T>,
+    /// Urgent items taken since the last other one.
+    in_a_row: usize,
     queued: HashSet<T>,
     in_flight: HashSet<T>,
     /// Changed while in flight: queue again when done.
@@ -33,6 +47,39 @@ struct State<T> {
 }
 
 impl<T: Clone + Eq + Hash> State<T> {
+    /// Queues `item` in its lane unless it is queued already; whether it
+    /// was.
+    fn enqueue(&mut self, item: T, urgent: fn(&T) -> bool) -> bool {
+        if !self.queued.insert(item.clone()) {
+            return false;
+        }
+        if urgent(&item) {
+            self.urgent.push_back(item);
+        } else {
+            self.ready.push_back(item);
+        }
+        true
+    }
+
+    /// The next queued item: urgent first, but never more than
+    /// [`URGENT_IN_A_ROW`] of them while another waits.
+    fn dequeue(&mut self) -> Option<T> {
+        let other_turn = self.in_a_row >= URGENT_IN_A_ROW || self.urgent.is_empty();
+        let item = if other_turn {
+            self.ready.pop_front().or_else(|| self.urgent.pop_front())
+        } else {
+            self.urgent.pop_front()
+        }?;
+        if self.ready.is_empty() || other_turn {
+            self.in_a_row = 0;
+        }
+        if !other_turn {
+            self.in_a_row += 1;
+        }
+        self.queued.remove(&item);
+        Some(item)
+    }
+
     /// Runs `item` again at `at`, unless it is due earlier already.
     fn retry_at(&mut self, item: T, at: Instant) {
         if let Some(&key) = self.waiting.get(&item) {
@@ -52,13 +99,25 @@ impl<T: Clone + Eq + Hash> State<T> {
 pub struct Queue<T> {
     state: Mutex<State<T>>,
     wake: Notify,
+    /// Whether an item goes in the urgent lane.
+    urgent: fn(&T) -> bool,
 }
 
 impl<T: Clone + Eq + Hash> Default for Queue<T> {
     fn default() -> Self {
+        Queue::prioritizing(|_| false)
+    }
+}
+
+impl<T: Clone + Eq + Hash> Queue<T> {
+    /// A queue taking the items `urgent` picks first.
+    pub fn prioritizing(urgent: fn(&T) -> bool) -> Self {
         Queue {
+            urgent,
             state: Mutex::new(State {
+                urgent: VecDeque::new(),
                 ready: VecDeque::new(),
+                in_a_row: 0,
                 queued: HashSet::new(),
                 in_flight: HashSet::new(),
                 dirty: HashSet::new(),
@@ -70,9 +129,7 @@ impl<T: Clone + Eq + Hash> Default for Queue<T> {
             wake: Notify::new(),
         }
     }
-}
 
-impl<T: Clone + Eq + Hash> Queue<T> {
     /// Queues `item` unless it is queued already.
     pub fn add(&self, item: T) {
         let Ok(mut state) = self.state.lock() else {
@@ -82,8 +139,7 @@ impl<T: Clone + Eq + Hash> Queue<T> {
             state.dirty.insert(item);
             return;
         }
-        if state.queued.insert(item.clone()) {
-            state.ready.push_back(item);
+        if state.enqueue(item, self.urgent) {
             drop(state);
             self.wake.notify_one();
         }
@@ -103,7 +159,7 @@ impl<T: Clone + Eq + Hash> Queue<T> {
     pub fn depth(&self) -> usize {
         self.state
             .lock()
-            .map(|s| s.ready.len() + s.later.len())
+            .map(|s| s.urgent.len() + s.ready.len() + s.later.len())
             .unwrap_or(0)
     }
 
@@ -124,12 +180,9 @@ impl<T: Clone + Eq + Hash> Queue<T> {
                     }
                     let item = entry.remove();
                     state.waiting.remove(&item);
-                    if state.queued.insert(item.clone()) {
-                        state.ready.push_back(item);
-                    }
+                    state.enqueue(item, self.urgent);
                 }
-                if let Some(item) = state.ready.pop_front() {
-                    state.queued.remove(&item);
+                if let Some(item) = state.dequeue() {
                     state.in_flight.insert(item.clone());
                     return item;
                 }
@@ -161,8 +214,8 @@ impl<T: Clone + Eq + Hash> Queue<T> {
         } else {
             state.failures.remove(item);
         }
-        if state.dirty.remove(item) && state.queued.insert(item.clone()) {
-            state.ready.push_back(item.clone());
+        if state.dirty.remove(item) {
+            state.enqueue(item.clone(), self.urgent);
         }
         drop(state);
         self.wake.notify_one();
@@ -221,5 +274,30 @@ mod tests {
         let start = Instant::now();
         queue.next().await;
         assert_eq!(start.elapsed(), backoff(1), "the earliest one");
+    }
+
+    #[tokio::test]
+    async fn urgent_work_goes_first_and_the_rest_still_gets_its_turn() {
+        let queue = Queue::prioritizing(|item: &&str| item.starts_with("fleet"));
+        for i in 0..3 {
+            queue.add(["model-a", "model-b", "model-c"][i]);
+        }
+        for i in 0..9 {
+            queue.add(format!("fleet-{i}").leak() as &str);
+        }
+        let mut order = Vec::new();
+        for _ in 0..12 {
+            let item = queue.next().await;
+            queue.done(&item, false);
+            order.push(item);
+        }
+        assert_eq!(
+            order,
+            [
+                "fleet-0", "fleet-1", "fleet-2", "fleet-3", "model-a", "fleet-4", "fleet-5",
+                "fleet-6", "fleet-7", "model-b", "fleet-8", "model-c"
+            ],
+            "queued later, fleet work runs first, but never more than {URGENT_IN_A_ROW} in a row while other work waits"
+        );
     }
 }
