@@ -281,6 +281,9 @@ impl Index {
         if let Some(subject) = kind.subject(key.clone()) {
             self.remember(object, &subject);
         }
+        let hosted_before = (kind == Kind::Replica)
+            .then(|| self.hosted_on(&key))
+            .flatten();
         let stored = match kind {
             Kind::Cluster => {
                 typed(object).map(|o| drop(self.world.clusters.insert(key.clone(), o)))
@@ -307,6 +310,16 @@ impl Index {
             return Vec::new();
         }
         let mut subjects = self.concerned(kind, object, &key);
+        if let Some(before) = hosted_before {
+            // A cluster's composition reads which replicas it hosts, not
+            // how they are: a replica's status moving (thousands in a
+            // fleet's bring-up) plans no cluster again.
+            if object["spec"]["clusterName"] == before.as_str() {
+                subjects.retain(|s| !matches!(s, Subject::Cluster(_)));
+            } else {
+                subjects.push(Subject::Cluster(before));
+            }
+        }
         if kind == Kind::Cluster {
             let view = placement_view(object);
             if self.placement_views.get(&key) == Some(&view) {
@@ -561,6 +574,14 @@ impl Index {
         }
         self.apply(Kind::Replica, object);
         true
+    }
+
+    /// The cluster the replica at `key` is on, as the server last said
+    /// (none for one booked, not yet on the server).
+    fn hosted_on(&self, key: &Key) -> Option<String> {
+        let replica = self.world.replicas.get(key)?;
+        replica.metadata.uid.as_ref()?;
+        Some(replica.spec.cluster_name.clone())
     }
 
     /// Whether the replica at `key` is booked, not yet on the server (what
@@ -995,5 +1016,47 @@ mod tests {
         index.reset(Kind::Replica, &[replica("a")]);
         assert!(index.subject_of("a-uid").is_some());
         assert!(index.subject_of("b-uid").is_none());
+    }
+
+    #[test]
+    fn a_replica_plans_its_cluster_again_only_when_it_comes_goes_or_moves() {
+        let mut index = Index::default();
+        let replica = |cluster: &str, ready: &str| {
+            json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+                "metadata": { "name": "r", "namespace": "t", "uid": "r-1",
+                    "labels": { labels::DEPLOYMENT: "d" } },
+                "spec": { "clusterName": cluster, "engines": [] },
+                "status": { "conditions": [{ "type": "Ready", "status": ready }] } })
+        };
+        let clusters = |subjects: Vec<Subject>| {
+            let mut clusters: Vec<String> = subjects
+                .into_iter()
+                .filter_map(|s| match s {
+                    Subject::Cluster(c) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            clusters.sort();
+            clusters
+        };
+        let deployment = Subject::Deployment("t/d".into());
+        assert_eq!(
+            clusters(index.apply(Kind::Replica, &replica("edge", "False"))),
+            ["edge"]
+        );
+        // Its status moves: its cluster hosts what it did (a status is
+        // what the deployment reads, not the cluster).
+        let ready = index.apply(Kind::Replica, &replica("edge", "True"));
+        assert!(ready.contains(&deployment));
+        assert!(clusters(ready).is_empty());
+        assert_eq!(
+            clusters(index.apply(Kind::Replica, &replica("core", "True"))),
+            ["core", "edge"],
+            "moved: both clusters"
+        );
+        assert_eq!(
+            clusters(index.delete(Kind::Replica, &replica("core", "True"))),
+            ["core"]
+        );
     }
 }
