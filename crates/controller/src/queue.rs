@@ -70,12 +70,13 @@ impl<T: Clone + Eq + Hash> State<T> {
         } else {
             self.urgent.pop_front()
         }?;
-        if self.ready.is_empty() || other_turn {
-            self.in_a_row = 0;
-        }
-        if !other_turn {
-            self.in_a_row += 1;
-        }
+        // Counted only while other work waits: the count says how long
+        // it has waited.
+        self.in_a_row = if other_turn || self.ready.is_empty() {
+            0
+        } else {
+            self.in_a_row + 1
+        };
         self.queued.remove(&item);
         Some(item)
     }
@@ -180,7 +181,12 @@ impl<T: Clone + Eq + Hash> Queue<T> {
                     }
                     let item = entry.remove();
                     state.waiting.remove(&item);
-                    state.enqueue(item, self.urgent);
+                    if state.in_flight.contains(&item) {
+                        // Never twice at once: again once it is done.
+                        state.dirty.insert(item);
+                    } else {
+                        state.enqueue(item, self.urgent);
+                    }
                 }
                 if let Some(item) = state.dequeue() {
                     state.in_flight.insert(item.clone());
@@ -278,12 +284,12 @@ mod tests {
 
     #[tokio::test]
     async fn urgent_work_goes_first_and_the_rest_still_gets_its_turn() {
-        let queue = Queue::prioritizing(|item: &&str| item.starts_with("fleet"));
-        for i in 0..3 {
-            queue.add(["model-a", "model-b", "model-c"][i]);
+        let queue = Queue::prioritizing(|item: &String| item.starts_with("fleet"));
+        for name in ["model-a", "model-b", "model-c"] {
+            queue.add(name.to_string());
         }
         for i in 0..9 {
-            queue.add(format!("fleet-{i}").leak() as &str);
+            queue.add(format!("fleet-{i}"));
         }
         let mut order = Vec::new();
         for _ in 0..12 {
@@ -299,5 +305,40 @@ mod tests {
             ],
             "queued later, fleet work runs first, but never more than {URGENT_IN_A_ROW} in a row while other work waits"
         );
+    }
+
+    #[tokio::test]
+    async fn the_rest_waits_behind_at_most_four_urgent_items_whenever_it_arrives() {
+        let queue = Queue::prioritizing(|item: &String| item.starts_with("fleet"));
+        for i in 0..9 {
+            queue.add(format!("fleet-{i}"));
+        }
+        let first = queue.next().await;
+        queue.done(&first, false);
+        queue.add("model".to_string());
+        let mut order = Vec::new();
+        for _ in 0..5 {
+            let item = queue.next().await;
+            queue.done(&item, false);
+            order.push(item);
+        }
+        assert_eq!(
+            order,
+            ["fleet-1", "fleet-2", "fleet-3", "fleet-4", "model"],
+            "four urgent items since it arrived, then its turn"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_due_while_its_item_runs_waits_for_it_to_finish() {
+        let queue = Queue::default();
+        queue.add_after("a", Duration::from_secs(1));
+        queue.add("a");
+        let item = queue.next().await;
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let again = tokio::time::timeout(Duration::from_secs(1), queue.next()).await;
+        assert!(again.is_err(), "a runs already: not twice at once");
+        queue.done(&item, false);
+        assert_eq!(queue.next().await, "a", "and again once it finished");
     }
 }
