@@ -565,22 +565,20 @@ impl Index {
 
     /// Books a ModelReplica about to be created: counted by the next
     /// deployment's placement before its create is answered, as a
-    /// scheduler assumes a pod it is binding. False (nothing booked) when
-    /// one of that name is known already.
-    pub fn book_replica(&mut self, object: &Value) -> bool {
+    /// scheduler assumes a pod it is binding. Returns what planned around
+    /// it (its cluster now hosts it); none (nothing booked) when one of
+    /// that name is known already.
+    pub fn book_replica(&mut self, object: &Value) -> Option<Vec<Subject>> {
         let key = object_key(object);
         if self.world.replicas.contains_key(&key) {
-            return false;
+            return None;
         }
-        self.apply(Kind::Replica, object);
-        true
+        Some(self.apply(Kind::Replica, object))
     }
 
-    /// The cluster the replica at `key` is on, as the server last said
-    /// (none for one booked, not yet on the server).
+    /// The cluster the replica at `key` is on (booked or on the server).
     fn hosted_on(&self, key: &Key) -> Option<String> {
         let replica = self.world.replicas.get(key)?;
-        replica.metadata.uid.as_ref()?;
         Some(replica.spec.cluster_name.clone())
     }
 
@@ -984,17 +982,17 @@ mod tests {
                 "metadata": { "name": "r", "namespace": "t", "uid": uid, "resourceVersion": version },
                 "spec": { "clusterName": "edge", "engines": [] } })
         };
-        assert!(index.book_replica(&replica(None)));
+        assert!(index.book_replica(&replica(None)).is_some());
         assert!(
             index
                 .world
                 .replicas
                 .contains_key(&object_key(&replica(None)))
         );
-        assert!(!index.book_replica(&replica(None)), "booked once");
+        assert!(index.book_replica(&replica(None)).is_none(), "booked once");
         index.unbook_replica(&replica(None));
         assert!(index.world.replicas.is_empty(), "its create failed");
-        assert!(index.book_replica(&replica(None)));
+        assert!(index.book_replica(&replica(None)).is_some());
         // A relist while its create is on its way keeps it booked.
         index.reset(Kind::Replica, &[]);
         assert_eq!(index.world.replicas.len(), 1, "booked through a relist");
@@ -1058,5 +1056,15 @@ mod tests {
             clusters(index.delete(Kind::Replica, &replica("core", "True"))),
             ["core"]
         );
+        // Booked by a placement: its cluster at once, then not again as
+        // its create is answered and its watch event arrives.
+        let mut booked = replica("edge", "False");
+        booked["metadata"]["uid"] = Value::Null;
+        let booking = index.book_replica(&booked).expect("not known yet");
+        assert_eq!(clusters(booking), ["edge"]);
+        let mut written = replica("edge", "False");
+        written["metadata"]["resourceVersion"] = json!("7");
+        assert!(clusters(index.assume(Kind::Replica, &written)).is_empty());
+        assert!(clusters(index.apply(Kind::Replica, &written)).is_empty());
     }
 }

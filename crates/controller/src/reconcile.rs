@@ -322,7 +322,15 @@ fn book_new_replicas(shared: &Shared, plan: &Plan) -> Option<Vec<Value>> {
         return None;
     }
     for replica in &placing {
-        index.book_replica(replica);
+        // Its cluster hosts it from now on (a Usage guards the cluster):
+        // the replica and its deployment are planned once it is written.
+        let subjects = index.book_replica(replica).unwrap_or_default();
+        for cluster in subjects
+            .into_iter()
+            .filter(|s| matches!(s, Subject::Cluster(_)))
+        {
+            shared.queue.add(Work::Reconcile(cluster));
+        }
     }
     Some(placing)
 }
