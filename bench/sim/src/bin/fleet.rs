@@ -161,7 +161,9 @@ async fn wait_ready(
 ) -> anyhow::Result<f64> {
     let resource = path.rsplit('/').next().unwrap_or(path);
     let mut printed: Option<Instant> = None;
+    let last = std::cell::Cell::new(0);
     let counting = sim_bench::until_ready(client, path, wanted, |now| {
+        last.set(now);
         // A line a second at most, and the last.
         if now < wanted && printed.is_some_and(|p| p.elapsed() < Duration::from_secs(1)) {
             return;
@@ -174,7 +176,12 @@ async fn wait_ready(
     });
     tokio::time::timeout(Duration::from_secs(900), counting)
         .await
-        .map_err(|_| anyhow::anyhow!("not every {resource} Ready after 15 minutes"))??;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{} of {wanted} {resource} Ready after 15 minutes",
+                last.get()
+            )
+        })??;
     Ok(since.elapsed().as_secs_f64())
 }
 
