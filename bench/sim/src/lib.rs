@@ -67,7 +67,7 @@ impl Conditioned {
 
 /// Waits until `want` objects of the collection at `path` (such as
 /// `/api/v1/nodes`) have the condition Ready True: one list, then a watch
-/// from it, listing again only when the watch fails or expires. Calls
+/// from it, listing again only when the watch fails, expires or ends. Calls
 /// `counted` with each new count. A list that fails (the API not up yet)
 /// is tried again after half a second.
 pub async fn until_ready(

@@ -311,9 +311,10 @@ impl Index {
         }
         let mut subjects = self.concerned(kind, object, &key);
         if let Some(before) = hosted_before {
-            // A cluster's composition reads which replicas it hosts, not
-            // how they are: a replica's status moving (thousands in a
-            // fleet's bring-up) plans no cluster again.
+            // A cluster's composition reads whether it hosts replicas (a
+            // Usage guards it while it does), not how they are: a
+            // replica's status moving (thousands in a fleet's bring-up)
+            // plans no cluster again.
             if object["spec"]["clusterName"] == before.as_str() {
                 subjects.retain(|s| !matches!(s, Subject::Cluster(_)));
             } else {
