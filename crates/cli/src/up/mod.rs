@@ -261,9 +261,10 @@ fn start_controllers(
         // away and for the requests it was sent to finish.
         drain: Duration::from_secs(10),
         // A reconcile mostly waits for its writes, here answered by the
-        // same process: eight at once brought a 1,000-replica fleet up
-        // in 0.94 of the time four took (bench/RESULTS.md); sixteen
-        // coalesced fewer changes and did more work.
+        // same process: eight at once brought a 1,000-replica fleet up in
+        // 0.94 of the time four took, by the medians, the runs
+        // overlapping (bench/RESULTS.md); sixteen, one run, brought its
+        // clusters Ready later.
         workers: 8,
         ..modelplane_controller::Config::default()
     };
