@@ -282,6 +282,17 @@ mod tests {
         assert_eq!(start.elapsed(), backoff(1), "the earliest one");
     }
 
+    /// The next `n` items, each done as it is taken, in the order taken.
+    async fn run(queue: &Queue<String>, n: usize) -> Vec<String> {
+        let mut order = Vec::new();
+        for _ in 0..n {
+            let item = queue.next().await;
+            queue.done(&item, false);
+            order.push(item);
+        }
+        order
+    }
+
     #[tokio::test]
     async fn urgent_work_goes_first_and_the_rest_still_gets_its_turn() {
         let queue = Queue::prioritizing(|item: &String| item.starts_with("fleet"));
@@ -291,12 +302,7 @@ mod tests {
         for i in 0..9 {
             queue.add(format!("fleet-{i}"));
         }
-        let mut order = Vec::new();
-        for _ in 0..12 {
-            let item = queue.next().await;
-            queue.done(&item, false);
-            order.push(item);
-        }
+        let order = run(&queue, 12).await;
         assert_eq!(
             order,
             [
@@ -316,12 +322,7 @@ mod tests {
         let first = queue.next().await;
         queue.done(&first, false);
         queue.add("model".to_string());
-        let mut order = Vec::new();
-        for _ in 0..5 {
-            let item = queue.next().await;
-            queue.done(&item, false);
-            order.push(item);
-        }
+        let order = run(&queue, 5).await;
         assert_eq!(
             order,
             ["fleet-1", "fleet-2", "fleet-3", "fleet-4", "model"],
