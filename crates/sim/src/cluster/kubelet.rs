@@ -63,19 +63,49 @@ type PodKey = (String, String);
 /// The next loopback address handed to a pod (127.1.0.1 onwards).
 static NEXT_IP: AtomicU32 = AtomicU32::new(0);
 
-fn next_ip() -> Ipv4Addr {
+/// A pod's loopback address, held for as long as the pod runs here.
+#[derive(Debug)]
+struct Address {
+    ip: Ipv4Addr,
+    /// The engine port, bound but not listening: another process on this
+    /// machine (a second `modelplane up`, a test's second simulator) hands
+    /// out addresses from the same range, and must see this one taken while
+    /// the engine pulls, starts, loads or backs off. Unlike a listener it
+    /// refuses connections, as a pod with no engine listening does.
+    _held: Option<tokio::net::TcpSocket>,
+}
+
+fn next_address() -> Address {
     loop {
         let n = NEXT_IP.fetch_add(1, Ordering::Relaxed);
         let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 0)) + n);
         let last = ip.octets()[3];
-        // Another process on this machine (a second `modelplane up`) may
-        // serve engines on the same addresses: skip one whose engine port
-        // is taken, or its requests would reach the other process's engine.
-        let free = std::net::TcpListener::bind((ip, modelplane_api::labels::ENGINE_PORT)).is_ok();
-        if last != 0 && last != 255 && free {
-            return ip;
+        if last == 0 || last == 255 {
+            continue;
+        }
+        match hold(ip) {
+            Ok(held) => return Address { ip, _held: held },
+            // Taken: another process's engine, or its pod, is there.
+            Err(_) => continue,
         }
     }
+}
+
+/// Binds `ip`'s engine port without `SO_REUSEADDR`, which fails while any
+/// socket holds it, then sets the option so the engine's own listener
+/// (tokio's sets it too) may bind beside it. Without a socket to spare
+/// (too many open files), the address goes unheld rather than nowhere.
+fn hold(ip: Ipv4Addr) -> std::io::Result<Option<tokio::net::TcpSocket>> {
+    let socket = match tokio::net::TcpSocket::new_v4() {
+        Ok(socket) => socket,
+        Err(e) => {
+            tracing::warn!(%ip, error = %e, "cannot hold a pod's address");
+            return Ok(None);
+        }
+    };
+    socket.bind(SocketAddr::from((ip, modelplane_api::labels::ENGINE_PORT)))?;
+    socket.set_reuseaddr(true)?;
+    Ok(Some(socket))
 }
 
 /// Where an engine's weights come from.
@@ -129,7 +159,7 @@ struct Serving {
 struct Run {
     uid: String,
     node: String,
-    ip: Ipv4Addr,
+    address: Address,
     stage: Stage,
     restarts: u32,
     last_exit: Option<(Exit, String)>,
@@ -458,7 +488,7 @@ impl Kubelets {
                         .unwrap_or_default()
                         .to_string(),
                     node: node.clone(),
-                    ip: next_ip(),
+                    address: next_address(),
                     stage: Stage::Pulling { until },
                     restarts: 0,
                     last_exit: None,
@@ -579,7 +609,7 @@ impl Kubelets {
                 run.log.push_str(&format!(
                     "INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)\n"
                 ));
-                run.serving = Some(serve(run.ip, port, &launch, cx));
+                run.serving = Some(serve(run.address.ip, port, &launch, cx));
             }
         }
     }
@@ -625,8 +655,8 @@ impl Kubelets {
         let status = json!({
             "phase": phase,
             "hostIP": "127.0.0.1",
-            "podIP": run.ip.to_string(),
-            "podIPs": [{ "ip": run.ip.to_string() }],
+            "podIP": run.address.ip.to_string(),
+            "podIPs": [{ "ip": run.address.ip.to_string() }],
             "startTime": run.started_at,
             "conditions": [
                 condition("PodReadyToStartContainers", true),
@@ -663,7 +693,7 @@ impl Kubelets {
             if let (Stage::Running, None, Some(port), Some(launch)) =
                 (&run.stage, &run.serving, port, run.launch.clone())
             {
-                run.serving = Some(serve(run.ip, port, &launch, cx));
+                run.serving = Some(serve(run.address.ip, port, &launch, cx));
             }
         }
     }
@@ -742,7 +772,7 @@ impl Kubelets {
             .filter_map(|(k, r)| {
                 Some((
                     k.clone(),
-                    SocketAddr::from((r.ip, r.launch.as_ref()?.port?)),
+                    SocketAddr::from((r.address.ip, r.launch.as_ref()?.port?)),
                 ))
             })
             .collect()
@@ -1019,13 +1049,34 @@ mod tests {
 
     #[test]
     fn an_address_whose_engine_port_another_process_holds_is_skipped() {
-        let first = next_ip();
-        let taken = Ipv4Addr::from(u32::from(first) + 1);
+        let first = next_address();
+        let taken = Ipv4Addr::from(u32::from(first.ip) + 1);
         let _held = std::net::TcpListener::bind((taken, modelplane_api::labels::ENGINE_PORT));
-        assert_ne!(next_ip(), taken);
+        assert_ne!(next_address().ip, taken);
     }
 
     use super::*;
+
+    /// Another process's kubelet (a test's second simulator) hands out
+    /// addresses from the same range: while this pod's engine pulls, starts
+    /// and loads, its address must not look free, or both engines bind it.
+    #[test]
+    fn a_pods_address_stays_taken_while_its_engine_is_not_listening() {
+        let address = next_address();
+        let engine_port = SocketAddr::from((address.ip, modelplane_api::labels::ENGINE_PORT));
+        let other = tokio::net::TcpSocket::new_v4().expect("socket");
+        assert!(
+            other.bind(engine_port).is_err(),
+            "{engine_port} looks free to another process"
+        );
+        assert!(
+            std::net::TcpStream::connect(engine_port).is_err(),
+            "no engine listens yet: refused"
+        );
+        let engine = std::net::TcpListener::bind(engine_port).expect("its own engine listens");
+        assert!(std::net::TcpStream::connect(engine_port).is_ok());
+        drop(engine);
+    }
 
     #[test]
     fn parameters_are_read_from_a_models_name() {
