@@ -383,19 +383,19 @@ impl Store {
     /// The live object at `key`.
     pub fn get(&self, key: &str) -> Result<Option<Stored>, Error> {
         self.read(|c| {
-            c.query_row(
+            // Cached: most requests read their object first.
+            c.prepare_cached(
                 "SELECT c.rev, c.create_rev, l.value FROM current c JOIN log l ON l.rev = c.rev
                  WHERE c.key = ?1",
-                [key],
-                |r| {
-                    Ok(Stored {
-                        key: key.to_string(),
-                        revision: r.get(0)?,
-                        create_revision: r.get(1)?,
-                        value: Arc::from(r.get::<_, Vec<u8>>(2)?),
-                    })
-                },
-            )
+            )?
+            .query_row([key], |r| {
+                Ok(Stored {
+                    key: key.to_string(),
+                    revision: r.get(0)?,
+                    create_revision: r.get(1)?,
+                    value: Arc::from(r.get::<_, Vec<u8>>(2)?),
+                })
+            })
             .optional()
         })
     }
