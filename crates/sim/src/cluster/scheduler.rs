@@ -299,13 +299,17 @@ fn by_age(mut pods: Vec<&Value>) -> Vec<&Value> {
 pub fn default_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
     const SCHEDULER: &str = "default-scheduler";
     let mut pass = Pass::default();
-    let mut inventory = inventory(world, assumed);
     let pods = by_age(
         world
             .all(kinds::POD)
             .filter(|p| pending(p, assumed, SCHEDULER))
             .collect(),
     );
+    if pods.is_empty() {
+        return pass;
+    }
+    // Built only with a pod to place: most passes have none.
+    let mut inventory = inventory(world, assumed);
     for pod in pods {
         let Some(pod_claims) = claims(world, pod) else {
             continue;
@@ -395,7 +399,6 @@ fn gang(world: &World<'_>, pod: &Value) -> Option<(String, usize)> {
 pub fn kai_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
     const SCHEDULER: &str = "kai-scheduler";
     let mut pass = Pass::default();
-    let mut inventory = inventory(world, assumed);
     let queues: BTreeSet<&str> = world.all(kinds::QUEUE).map(name).collect();
     let mut gangs: BTreeMap<String, (usize, Vec<&Value>)> = BTreeMap::new();
     for pod in by_age(
@@ -427,6 +430,9 @@ pub fn kai_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
         let entry = gangs.entry(gang).or_insert((need, Vec::new()));
         entry.1.push(pod);
     }
+    if gangs.is_empty() {
+        return pass;
+    }
     // Members already bound count toward a gang's minimum (a replacement
     // pod joins its running gang).
     let mut bound: BTreeMap<String, usize> = BTreeMap::new();
@@ -440,6 +446,7 @@ pub fn kai_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
             *bound.entry(gang).or_default() += 1;
         }
     }
+    let mut inventory = inventory(world, assumed);
     for (gang, (need, pods)) in gangs {
         if pods.len() + bound.get(&gang).copied().unwrap_or(0) < need {
             // The rest of the gang is not created yet.
