@@ -30,6 +30,7 @@ use super::launch::{self, Exit, Launch, Process};
 use super::world::{World, Write, deleting, kinds, name, namespace, pod_done};
 use crate::engine::{Engine, EngineConfig};
 use crate::profile::Profile;
+use modelplane_api::labels::ENGINE_PORT;
 
 const SOURCE: &str = "kubelet";
 /// The kubelet's hold on a pod it runs, so a deletion waits for the container to stop.
@@ -63,6 +64,14 @@ type PodKey = (String, String);
 /// The next loopback address handed to a pod (127.1.0.1 onwards).
 static NEXT_IP: AtomicU32 = AtomicU32::new(0);
 
+/// Addresses tried for one pod before its sandbox fails: a process
+/// listening on the engine port of every address (`0.0.0.0:8000`) takes
+/// them all, and the kubelet must say so rather than search forever.
+const ADDRESS_TRIES: u32 = 64;
+
+/// How long a kubelet waits to create a failed sandbox again.
+const SANDBOX_RETRY: Duration = Duration::from_secs(10);
+
 /// A pod's loopback address, held for as long as the pod runs here.
 #[derive(Debug)]
 struct Address {
@@ -72,40 +81,36 @@ struct Address {
     /// out addresses from the same range, and must see this one taken while
     /// the engine pulls, starts, loads or backs off. Unlike a listener it
     /// refuses connections, as a pod with no engine listening does.
-    _held: Option<tokio::net::TcpSocket>,
+    _held: tokio::net::TcpSocket,
 }
 
-fn next_address() -> Address {
-    loop {
-        let n = NEXT_IP.fetch_add(1, Ordering::Relaxed);
-        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 0)) + n);
-        let last = ip.octets()[3];
-        if last == 0 || last == 255 {
+/// The next address of `counter`'s range whose port `port` nothing holds.
+fn next_address(counter: &AtomicU32, port: u16) -> std::io::Result<Address> {
+    let mut last = std::io::Error::other("no address tried");
+    for _ in 0..ADDRESS_TRIES {
+        let n = counter.fetch_add(1, Ordering::Relaxed);
+        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 0)).wrapping_add(n));
+        let octet = ip.octets()[3];
+        if octet == 0 || octet == 255 {
             continue;
         }
-        match hold(ip) {
-            Ok(held) => return Address { ip, _held: held },
+        match hold(ip, port) {
+            Ok(held) => return Ok(Address { ip, _held: held }),
             // Taken: another process's engine, or its pod, is there.
-            Err(_) => continue,
+            Err(e) => last = e,
         }
     }
+    Err(last)
 }
 
-/// Binds `ip`'s engine port without `SO_REUSEADDR`, which fails while any
-/// socket holds it, then sets the option so the engine's own listener
-/// (tokio's sets it too) may bind beside it. Without a socket to spare
-/// (too many open files), the address goes unheld rather than nowhere.
-fn hold(ip: Ipv4Addr) -> std::io::Result<Option<tokio::net::TcpSocket>> {
-    let socket = match tokio::net::TcpSocket::new_v4() {
-        Ok(socket) => socket,
-        Err(e) => {
-            tracing::warn!(%ip, error = %e, "cannot hold a pod's address");
-            return Ok(None);
-        }
-    };
-    socket.bind(SocketAddr::from((ip, modelplane_api::labels::ENGINE_PORT)))?;
+/// Binds `ip:port` without `SO_REUSEADDR`, which fails while any socket
+/// holds it, then sets the option so the engine's own listener (which
+/// sets it too) may bind beside it.
+fn hold(ip: Ipv4Addr, port: u16) -> std::io::Result<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::from((ip, port)))?;
     socket.set_reuseaddr(true)?;
-    Ok(Some(socket))
+    Ok(socket)
 }
 
 /// Where an engine's weights come from.
@@ -180,6 +185,8 @@ pub struct Kubelets {
     runs: BTreeMap<PodKey, Run>,
     /// When the last step ran, for transfers.
     last: Option<Duration>,
+    /// When to create again a sandbox that failed.
+    sandbox_retry: Option<Duration>,
 }
 
 /// What a kubelet step needs besides the snapshot.
@@ -334,6 +341,7 @@ impl Kubelets {
             .last
             .map_or(Duration::ZERO, |l| cx.now.saturating_sub(l));
         self.last = Some(cx.now);
+        self.sandbox_retry = None;
         let mut writes = Vec::new();
         // Pods gone: their processes are gone. Pods being deleted: their
         // processes stop, and once stopped the kubelet lets the deletion
@@ -365,11 +373,19 @@ impl Kubelets {
                     .is_some_and(|n| cx.silent_nodes.contains(n))
             })
             .collect();
-        self.silence(cx);
+        let mut cannot_listen = self.silence(cx);
         for pod in &pods {
             self.pod_step(world, pod, cx, &mut writes);
         }
-        self.join_ranks(world, cx);
+        cannot_listen.extend(self.join_ranks(world, cx));
+        for (key, exit) in cannot_listen {
+            if let (Some(pod), Some(run)) = (
+                pods.iter().find(|p| pod_key(p) == key),
+                self.runs.get_mut(&key),
+            ) {
+                exited(pod, run, exit, cx, &mut writes);
+            }
+        }
         for pod in &pods {
             if let Some(status) = self.status(world, pod) {
                 writes.push(status);
@@ -444,6 +460,7 @@ impl Kubelets {
                 }
                 _ => None,
             })
+            .chain(self.sandbox_retry)
             .min()
     }
 
@@ -465,6 +482,22 @@ impl Kubelets {
             if pod_done(pod) {
                 return;
             }
+            let address = match next_address(&NEXT_IP, ENGINE_PORT) {
+                Ok(address) => address,
+                Err(e) => {
+                    tracing::warn!(pod = %name(pod), error = %e, "cannot create a pod sandbox");
+                    writes.push(event(
+                        pod,
+                        "Warning",
+                        "FailedCreatePodSandBox",
+                        format!(
+                            "Failed to create pod sandbox: no loopback address has port {ENGINE_PORT} free for the engine ({e}); is another process on this machine listening on port {ENGINE_PORT}?"
+                        ),
+                    ));
+                    self.sandbox_retry = Some(cx.now + SANDBOX_RETRY);
+                    return;
+                }
+            };
             let cached = self.images.get(&node).is_some_and(|i| i.contains(&image));
             let until = if cached {
                 cx.now
@@ -488,7 +521,7 @@ impl Kubelets {
                         .unwrap_or_default()
                         .to_string(),
                     node: node.clone(),
-                    address: next_address(),
+                    address,
                     stage: Stage::Pulling { until },
                     restarts: 0,
                     last_exit: None,
@@ -574,8 +607,10 @@ impl Kubelets {
     }
 
     /// Rank 0 of a multi-node engine serves once every rank reached it;
-    /// a single-node engine serves once its weights are loaded.
-    fn join_ranks(&mut self, world: &World<'_>, cx: &Context<'_>) {
+    /// a single-node engine serves once its weights are loaded. Returns the
+    /// engines that could not listen.
+    fn join_ranks(&mut self, world: &World<'_>, cx: &Context<'_>) -> Vec<(PodKey, Exit)> {
+        let mut failed = Vec::new();
         let mut joined: HashMap<PodKey, u32> = HashMap::new();
         for run in self.runs.values() {
             let Some(launch) = &run.launch else { continue };
@@ -606,12 +641,18 @@ impl Kubelets {
             }
             run.stage = Stage::Running;
             if let Some(port) = launch.port {
-                run.log.push_str(&format!(
-                    "INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)\n"
-                ));
-                run.serving = Some(serve(run.address.ip, port, &launch, cx));
+                match serve(run.address.ip, port, &launch, cx) {
+                    Ok(serving) => {
+                        run.log.push_str(&format!(
+                            "INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)\n"
+                        ));
+                        run.serving = Some(serving);
+                    }
+                    Err(exit) => failed.push((key.clone(), exit)),
+                }
             }
         }
+        failed
     }
 
     /// The status the kubelet reports for `pod`, if it changed.
@@ -680,9 +721,11 @@ impl Kubelets {
     }
 
     /// Engines on a silent node stop answering (the node is down); on a
-    /// node back, they serve again and the kubelet reports afresh.
-    fn silence(&mut self, cx: &Context<'_>) {
-        for run in self.runs.values_mut() {
+    /// node back, they serve again and the kubelet reports afresh. Returns
+    /// the engines that could not listen again.
+    fn silence(&mut self, cx: &Context<'_>) -> Vec<(PodKey, Exit)> {
+        let mut failed = Vec::new();
+        for (key, run) in &mut self.runs {
             let silent = cx.silent_nodes.contains(&run.node);
             if silent {
                 run.serving = None;
@@ -693,9 +736,13 @@ impl Kubelets {
             if let (Stage::Running, None, Some(port), Some(launch)) =
                 (&run.stage, &run.serving, port, run.launch.clone())
             {
-                run.serving = Some(serve(run.address.ip, port, &launch, cx));
+                match serve(run.address.ip, port, &launch, cx) {
+                    Ok(serving) => run.serving = Some(serving),
+                    Err(exit) => failed.push((key.clone(), exit)),
+                }
             }
         }
+        failed
     }
 
     /// Stops the container of a pod being deleted, then lets it go.
@@ -1010,7 +1057,14 @@ fn peer_source(world: &World<'_>, pod: &Value, launch: &Launch, fabric: &str) ->
 }
 
 /// Serves the engine-sim of a launch on `ip:port` until stopped.
-fn serve(ip: Ipv4Addr, port: u16, launch: &Launch, cx: &Context<'_>) -> Serving {
+/// Starts an engine's server on `ip:port`. The port is bound here, so a
+/// port another process listens on fails the engine at once, as uvicorn's
+/// bind does.
+fn serve(ip: Ipv4Addr, port: u16, launch: &Launch, cx: &Context<'_>) -> Result<Serving, Exit> {
+    let addr = SocketAddr::from((ip, port));
+    let listener = std::net::TcpListener::bind(addr)
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| bind_failure(port, &e))?;
     let (stop, mut stopped) = watch::channel(false);
     let config = EngineConfig {
         model: launch
@@ -1022,9 +1076,8 @@ fn serve(ip: Ipv4Addr, port: u16, launch: &Launch, cx: &Context<'_>) -> Serving 
         inter_token_latency: Duration::from_millis(5),
         ..EngineConfig::default()
     };
-    let addr = SocketAddr::from((ip, port));
     (cx.spawn)(Box::pin(async move {
-        let listener = match tokio::net::TcpListener::bind(addr).await {
+        let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(%addr, error = %e, "engine cannot listen");
@@ -1041,29 +1094,59 @@ fn serve(ip: Ipv4Addr, port: u16, launch: &Launch, cx: &Context<'_>) -> Serving 
             () = until_stopped => {}
         }
     }));
-    Serving { _stop: stop }
+    Ok(Serving { _stop: stop })
+}
+
+/// How uvicorn exits when it cannot bind its port.
+fn bind_failure(port: u16, error: &std::io::Error) -> Exit {
+    let reason = error.to_string();
+    let reason = reason
+        .split(" (os error")
+        .next()
+        .unwrap_or_default()
+        .to_lowercase();
+    Exit {
+        code: 1,
+        log: format!(
+            "ERROR:    [Errno {}] error while attempting to bind on address ('0.0.0.0', {port}): {reason}\n",
+            error.raw_os_error().unwrap_or(0)
+        ),
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::informer::{Change, Snapshot};
+
+    /// A port no one uses, so that these tests' addresses meet neither
+    /// each other nor the pods of tests running beside them.
+    fn spare_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port()
+    }
 
     #[test]
     fn an_address_whose_engine_port_another_process_holds_is_skipped() {
-        let first = next_address();
-        let taken = Ipv4Addr::from(u32::from(first.ip) + 1);
-        let _held = std::net::TcpListener::bind((taken, modelplane_api::labels::ENGINE_PORT));
-        assert_ne!(next_address().ip, taken);
+        let (counter, port) = (AtomicU32::new(1), spare_port());
+        let first = Ipv4Addr::new(127, 1, 0, 1);
+        let _other = std::net::TcpListener::bind((first, port)).expect("another process");
+        assert_eq!(
+            next_address(&counter, port).expect("an address").ip,
+            Ipv4Addr::new(127, 1, 0, 2)
+        );
     }
-
-    use super::*;
 
     /// Another process's kubelet (a test's second simulator) hands out
     /// addresses from the same range: while this pod's engine pulls, starts
     /// and loads, its address must not look free, or both engines bind it.
     #[test]
     fn a_pods_address_stays_taken_while_its_engine_is_not_listening() {
-        let address = next_address();
-        let engine_port = SocketAddr::from((address.ip, modelplane_api::labels::ENGINE_PORT));
+        let (counter, port) = (AtomicU32::new(1), spare_port());
+        let address = next_address(&counter, port).expect("an address");
+        let engine_port = SocketAddr::from((address.ip, port));
         let other = tokio::net::TcpSocket::new_v4().expect("socket");
         assert!(
             other.bind(engine_port).is_err(),
@@ -1076,6 +1159,131 @@ mod tests {
         let engine = std::net::TcpListener::bind(engine_port).expect("its own engine listens");
         assert!(std::net::TcpStream::connect(engine_port).is_ok());
         drop(engine);
+    }
+
+    /// A process listening on the port on every address takes them all:
+    /// the search ends with its error instead of spinning.
+    #[test]
+    fn a_listener_on_every_address_ends_the_search_with_its_error() {
+        let everywhere = std::net::TcpListener::bind("0.0.0.0:0").expect("a listener");
+        let port = everywhere.local_addr().expect("its port").port();
+        let error = next_address(&AtomicU32::new(1), port).expect_err("no address is free");
+        assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse);
+    }
+
+    /// The pod's address is held from its first step until the pod is gone,
+    /// through the pull, the start and the load.
+    #[tokio::test]
+    async fn a_pods_address_is_held_until_the_pod_is_gone() {
+        let mut snapshot = Snapshot::default();
+        snapshot.change(Change::Apply(kinds::POD, engine_pod()));
+        let (profile, fabrics, silent_nodes) = (Profile::fast(), BTreeMap::new(), HashSet::new());
+        let spawn = |task| {
+            tokio::spawn(task);
+        };
+        let cx = |now| Context {
+            now,
+            profile: &profile,
+            model_express: false,
+            fabrics: &fabrics,
+            spawn: &spawn,
+            silent_nodes: &silent_nodes,
+            storage_factor: 1.0,
+            kills: &[],
+        };
+        let mut kubelets = Kubelets::default();
+        let engine_port = |kubelets: &Kubelets| {
+            let ip = kubelets.runs[&("ml".to_string(), "e".to_string())]
+                .address
+                .ip;
+            SocketAddr::from((ip, ENGINE_PORT))
+        };
+        let free = |at: SocketAddr| {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket.bind(at).is_ok()
+        };
+        let world = World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        kubelets.step(&world, &cx(Duration::ZERO));
+        let at = engine_port(&kubelets);
+        for second in 0..3 {
+            assert!(!free(at), "{at} looks free at step {second}");
+            kubelets.step(&world, &cx(Duration::from_secs(second * 100)));
+        }
+        snapshot.change(Change::Delete(kinds::POD, engine_pod()));
+        let world = World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        kubelets.step(&world, &cx(Duration::from_secs(400)));
+        assert!(kubelets.runs.is_empty());
+        assert!(free(at), "{at} is still held after its pod went");
+    }
+
+    fn engine_pod() -> Value {
+        json!({ "metadata": { "name": "e", "namespace": "ml", "uid": "u-e" },
+            "spec": { "nodeName": "n1", "containers": [{ "name": "engine", "image": "vllm/vllm-openai:v0.23.0",
+                "command": ["vllm", "serve"], "args": ["m", "--port=8000"] }] } })
+    }
+
+    /// An engine whose port another process listens on exits as uvicorn
+    /// does, and the kubelet restarts it: the pod is never Ready, and the
+    /// error is in its previous log.
+    #[tokio::test]
+    async fn an_engine_whose_port_is_taken_exits_and_its_pod_is_not_ready() {
+        let mut snapshot = Snapshot::default();
+        snapshot.change(Change::Apply(kinds::POD, engine_pod()));
+        let world = World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        let profile = Profile::fast();
+        let fabrics = BTreeMap::new();
+        let silent_nodes = HashSet::new();
+        let spawn = |task| {
+            tokio::spawn(task);
+        };
+        let cx = |now| Context {
+            now,
+            profile: &profile,
+            model_express: false,
+            fabrics: &fabrics,
+            spawn: &spawn,
+            silent_nodes: &silent_nodes,
+            storage_factor: 1.0,
+            kills: &[],
+        };
+        let mut kubelets = Kubelets::default();
+        kubelets.step(&world, &cx(Duration::ZERO));
+        let key = ("ml".to_string(), "e".to_string());
+        let ip = kubelets.runs[&key].address.ip;
+        let _other = std::net::TcpListener::bind((ip, 8000)).expect("another process listens");
+        let mut status = Value::Null;
+        for second in 1..20 {
+            let pass = kubelets.step(&world, &cx(Duration::from_secs(second * 100)));
+            for write in pass.writes {
+                if let Write::Status { status: s, .. } = write {
+                    status = s;
+                }
+            }
+            assert_ne!(
+                status["conditions"][3],
+                json!({ "type": "Ready", "status": "True" }),
+                "{status}"
+            );
+        }
+        let container = &status["containerStatuses"][0];
+        assert!(container["restartCount"].as_u64() >= Some(2), "{status}");
+        assert_eq!(container["lastState"]["terminated"]["exitCode"], 1);
+        assert!(
+            kubelets.runs[&key].previous.contains(
+                "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use\n"
+            ),
+            "{}",
+            kubelets.runs[&key].previous
+        );
     }
 
     #[test]
