@@ -179,14 +179,28 @@ struct Run {
 }
 
 /// What a cluster's kubelets hold.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Kubelets {
     images: HashMap<String, HashSet<String>>,
     runs: BTreeMap<PodKey, Run>,
     /// When the last step ran, for transfers.
     last: Option<Duration>,
-    /// When to create again a sandbox that failed.
-    sandbox_retry: Option<Duration>,
+    /// Pods whose sandbox failed, and when to create it again.
+    sandbox_retries: HashMap<PodKey, Duration>,
+    /// The port a pod's address holds: the engine port (another in tests).
+    held_port: u16,
+}
+
+impl Default for Kubelets {
+    fn default() -> Kubelets {
+        Kubelets {
+            images: HashMap::new(),
+            runs: BTreeMap::new(),
+            last: None,
+            sandbox_retries: HashMap::new(),
+            held_port: ENGINE_PORT,
+        }
+    }
 }
 
 /// What a kubelet step needs besides the snapshot.
@@ -341,7 +355,6 @@ impl Kubelets {
             .last
             .map_or(Duration::ZERO, |l| cx.now.saturating_sub(l));
         self.last = Some(cx.now);
-        self.sandbox_retry = None;
         let mut writes = Vec::new();
         // Pods gone: their processes are gone. Pods being deleted: their
         // processes stop, and once stopped the kubelet lets the deletion
@@ -352,6 +365,8 @@ impl Kubelets {
                 .get(kinds::POD, &k.0, &k.1)
                 .is_some_and(|p| p["metadata"]["uid"] == run.uid.as_str())
         });
+        self.sandbox_retries
+            .retain(|k, _| world.get(kinds::POD, &k.0, &k.1).is_some());
         for pod in world.all(kinds::POD).filter(|p| deleting(p)) {
             self.terminate(pod, cx, &mut writes);
         }
@@ -460,7 +475,7 @@ impl Kubelets {
                 }
                 _ => None,
             })
-            .chain(self.sandbox_retry)
+            .chain(self.sandbox_retries.values().copied())
             .min()
     }
 
@@ -479,11 +494,19 @@ impl Kubelets {
         let container = &pod["spec"]["containers"][0];
         let image = container["image"].as_str().unwrap_or_default().to_string();
         if !self.runs.contains_key(&key) {
-            if pod_done(pod) {
+            if pod_done(pod)
+                || self
+                    .sandbox_retries
+                    .get(&key)
+                    .is_some_and(|at| cx.now < *at)
+            {
                 return;
             }
-            let address = match next_address(&NEXT_IP, ENGINE_PORT) {
-                Ok(address) => address,
+            let address = match next_address(&NEXT_IP, self.held_port) {
+                Ok(address) => {
+                    self.sandbox_retries.remove(&key);
+                    address
+                }
                 Err(e) => {
                     tracing::warn!(pod = %name(pod), error = %e, "cannot create a pod sandbox");
                     writes.push(event(
@@ -491,10 +514,11 @@ impl Kubelets {
                         "Warning",
                         "FailedCreatePodSandBox",
                         format!(
-                            "Failed to create pod sandbox: no loopback address has port {ENGINE_PORT} free for the engine ({e}); is another process on this machine listening on port {ENGINE_PORT}?"
+                            "Failed to create pod sandbox: no loopback address has port {port} free for the engine ({e}); is another process on this machine listening on port {port}?",
+                            port = self.held_port
                         ),
                     ));
-                    self.sandbox_retry = Some(cx.now + SANDBOX_RETRY);
+                    self.sandbox_retries.insert(key, cx.now + SANDBOX_RETRY);
                     return;
                 }
             };
@@ -1220,6 +1244,54 @@ mod tests {
         kubelets.step(&world, &cx(Duration::from_secs(400)));
         assert!(kubelets.runs.is_empty());
         assert!(free(at), "{at} is still held after its pod went");
+    }
+
+    /// With the held port taken on every address, the pod gets one
+    /// FailedCreatePodSandBox event and is tried again every 10 s, not on
+    /// every pass; once the port is free, its sandbox is created.
+    #[tokio::test]
+    async fn a_port_taken_on_every_address_fails_the_sandbox_and_is_tried_again_later() {
+        let everywhere = std::net::TcpListener::bind("0.0.0.0:0").expect("a listener");
+        let port = everywhere.local_addr().expect("its port").port();
+        let mut snapshot = Snapshot::default();
+        snapshot.change(Change::Apply(kinds::POD, engine_pod()));
+        let world = World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        let (profile, fabrics, silent_nodes) = (Profile::fast(), BTreeMap::new(), HashSet::new());
+        let spawn = |task| {
+            tokio::spawn(task);
+        };
+        let cx = |now| Context {
+            now,
+            profile: &profile,
+            model_express: false,
+            fabrics: &fabrics,
+            spawn: &spawn,
+            silent_nodes: &silent_nodes,
+            storage_factor: 1.0,
+            kills: &[],
+        };
+        let mut kubelets = Kubelets {
+            held_port: port,
+            ..Kubelets::default()
+        };
+        let failures = |pass: &Pass| {
+            pass.writes
+                .iter()
+                .filter(|w| matches!(w, Write::Event { reason, .. } if reason == "FailedCreatePodSandBox"))
+                .count()
+        };
+        let pass = kubelets.step(&world, &cx(Duration::ZERO));
+        assert_eq!(failures(&pass), 1);
+        assert_eq!(pass.wake, Some(SANDBOX_RETRY));
+        let pass = kubelets.step(&world, &cx(Duration::from_secs(1)));
+        assert_eq!(failures(&pass), 0, "tried again before its time");
+        assert!(kubelets.runs.is_empty());
+        drop(everywhere);
+        kubelets.step(&world, &cx(SANDBOX_RETRY));
+        assert_eq!(kubelets.runs.len(), 1, "created once the port is free");
     }
 
     fn engine_pod() -> Value {
