@@ -64,10 +64,13 @@ type PodKey = (String, String);
 /// The next loopback address handed to a pod (127.1.0.1 onwards).
 static NEXT_IP: AtomicU32 = AtomicU32::new(0);
 
-/// Addresses tried for one pod before its sandbox fails: a process
-/// listening on the engine port of every address (`0.0.0.0:8000`) takes
-/// them all, and the kubelet must say so rather than search forever.
-const ADDRESS_TRIES: u32 = 64;
+/// Pods' addresses: 127.1.0.0 to 127.254.255.255, handed out in turn.
+const FIRST_ADDRESS: u32 = 0x7f01_0000;
+const ADDRESSES: u32 = 254 << 16;
+
+/// An address never handed out: if its port is taken too, something
+/// listens on that port on every address (`0.0.0.0:8000`).
+const PROBE_ADDRESS: Ipv4Addr = Ipv4Addr::new(127, 255, 255, 254);
 
 /// How long a kubelet waits to create a failed sandbox again.
 const SANDBOX_RETRY: Duration = Duration::from_secs(10);
@@ -84,12 +87,42 @@ struct Address {
     _held: tokio::net::TcpSocket,
 }
 
+/// Why no address could be held for a pod.
+#[derive(Debug)]
+enum NoAddress {
+    /// Something listens on the port on every address.
+    TakenEverywhere,
+    /// The system refused a socket (too many open files, …).
+    Refused(std::io::Error),
+}
+
+impl std::fmt::Display for NoAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoAddress::TakenEverywhere => write!(
+                f,
+                "the engine port is taken on every loopback address; is another process on this machine listening on it?"
+            ),
+            NoAddress::Refused(e) => write!(f, "no loopback address for the engine: {e}"),
+        }
+    }
+}
+
 /// The next address of `counter`'s range whose port `port` nothing holds.
-fn next_address(counter: &AtomicU32, port: u16) -> std::io::Result<Address> {
-    let mut last = std::io::Error::other("no address tried");
-    for _ in 0..ADDRESS_TRIES {
-        let n = counter.fetch_add(1, Ordering::Relaxed);
-        let ip = Ipv4Addr::from(u32::from(Ipv4Addr::new(127, 1, 0, 0)).wrapping_add(n));
+/// Taken ones (another process's pods and engines) are skipped, however
+/// many; the search ends when the port is taken everywhere or the system
+/// refuses a socket.
+fn next_address(counter: &AtomicU32, port: u16) -> Result<Address, NoAddress> {
+    match hold(PROBE_ADDRESS, port) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+            return Err(NoAddress::TakenEverywhere);
+        }
+        Err(e) => return Err(NoAddress::Refused(e)),
+    }
+    for _ in 0..ADDRESSES {
+        let n = counter.fetch_add(1, Ordering::Relaxed) % ADDRESSES;
+        let ip = Ipv4Addr::from(FIRST_ADDRESS + n);
         let octet = ip.octets()[3];
         if octet == 0 || octet == 255 {
             continue;
@@ -97,10 +130,11 @@ fn next_address(counter: &AtomicU32, port: u16) -> std::io::Result<Address> {
         match hold(ip, port) {
             Ok(held) => return Ok(Address { ip, _held: held }),
             // Taken: another process's engine, or its pod, is there.
-            Err(e) => last = e,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => return Err(NoAddress::Refused(e)),
         }
     }
-    Err(last)
+    Err(NoAddress::TakenEverywhere)
 }
 
 /// Binds `ip:port` without `SO_REUSEADDR`, which fails while any socket
@@ -365,8 +399,7 @@ impl Kubelets {
                 .get(kinds::POD, &k.0, &k.1)
                 .is_some_and(|p| p["metadata"]["uid"] == run.uid.as_str())
         });
-        self.sandbox_retries
-            .retain(|k, _| world.get(kinds::POD, &k.0, &k.1).is_some());
+
         for pod in world.all(kinds::POD).filter(|p| deleting(p)) {
             self.terminate(pod, cx, &mut writes);
         }
@@ -388,6 +421,10 @@ impl Kubelets {
                     .is_some_and(|n| cx.silent_nodes.contains(n))
             })
             .collect();
+        // Retries only of pods stepped now: one not stepped (its node
+        // silent, or being deleted) would wake the loop at a time past.
+        self.sandbox_retries
+            .retain(|k, _| pods.iter().any(|p| pod_key(p) == *k));
         let mut cannot_listen = self.silence(cx);
         for pod in &pods {
             self.pod_step(world, pod, cx, &mut writes);
@@ -395,7 +432,7 @@ impl Kubelets {
         cannot_listen.extend(self.join_ranks(world, cx));
         for (key, exit) in cannot_listen {
             if let (Some(pod), Some(run)) = (
-                pods.iter().find(|p| pod_key(p) == key),
+                world.get(kinds::POD, &key.0, &key.1),
                 self.runs.get_mut(&key),
             ) {
                 exited(pod, run, exit, cx, &mut writes);
@@ -508,17 +545,18 @@ impl Kubelets {
                     address
                 }
                 Err(e) => {
-                    tracing::warn!(pod = %name(pod), error = %e, "cannot create a pod sandbox");
+                    tracing::warn!(pod = %name(pod), port = self.held_port, error = %e, "cannot create a pod sandbox");
                     writes.push(event(
                         pod,
                         "Warning",
                         "FailedCreatePodSandBox",
                         format!(
-                            "Failed to create pod sandbox: no loopback address has port {port} free for the engine ({e}); is another process on this machine listening on port {port}?",
-                            port = self.held_port
+                            "Failed to create pod sandbox (engine port {}): {e}",
+                            self.held_port
                         ),
                     ));
-                    self.sandbox_retries.insert(key, cx.now + SANDBOX_RETRY);
+                    self.sandbox_retries
+                        .insert(key, cx.now + cx.profile.scale(SANDBOX_RETRY));
                     return;
                 }
             };
@@ -1080,7 +1118,6 @@ fn peer_source(world: &World<'_>, pod: &Value, launch: &Launch, fabric: &str) ->
         })
 }
 
-/// Serves the engine-sim of a launch on `ip:port` until stopped.
 /// Starts an engine's server on `ip:port`. The port is bound here, so a
 /// port another process listens on fails the engine at once, as uvicorn's
 /// bind does.
@@ -1144,17 +1181,21 @@ mod tests {
     use crate::informer::{Change, Snapshot};
 
     /// A port no one uses, so that these tests' addresses meet neither
-    /// each other nor the pods of tests running beside them.
-    fn spare_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port()
+    /// each other nor the pods of tests running beside them. The socket
+    /// keeps it out of the system's hands (another test's `0.0.0.0:0`)
+    /// without taking it on any 127.1.x.y address.
+    fn spare_port() -> (tokio::net::TcpSocket, u16) {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("a free port");
+        let port = socket.local_addr().expect("its port").port();
+        (socket, port)
     }
 
     #[test]
     fn an_address_whose_engine_port_another_process_holds_is_skipped() {
-        let (counter, port) = (AtomicU32::new(1), spare_port());
+        let (counter, (_spare, port)) = (AtomicU32::new(1), spare_port());
         let first = Ipv4Addr::new(127, 1, 0, 1);
         let _other = std::net::TcpListener::bind((first, port)).expect("another process");
         assert_eq!(
@@ -1168,7 +1209,7 @@ mod tests {
     /// and loads, its address must not look free, or both engines bind it.
     #[test]
     fn a_pods_address_stays_taken_while_its_engine_is_not_listening() {
-        let (counter, port) = (AtomicU32::new(1), spare_port());
+        let (counter, (_spare, port)) = (AtomicU32::new(1), spare_port());
         let address = next_address(&counter, port).expect("an address");
         let engine_port = SocketAddr::from((address.ip, port));
         let other = tokio::net::TcpSocket::new_v4().expect("socket");
@@ -1192,19 +1233,19 @@ mod tests {
         let everywhere = std::net::TcpListener::bind("0.0.0.0:0").expect("a listener");
         let port = everywhere.local_addr().expect("its port").port();
         let error = next_address(&AtomicU32::new(1), port).expect_err("no address is free");
-        assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse);
+        assert!(matches!(error, NoAddress::TakenEverywhere), "{error:?}");
     }
 
     /// The pod's address is held from its first step until the pod is gone,
     /// through the pull, the start and the load.
     #[tokio::test]
     async fn a_pods_address_is_held_until_the_pod_is_gone() {
+        let (_spare, port) = spare_port();
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(kinds::POD, engine_pod()));
+        snapshot.change(Change::Apply(kinds::POD, engine_pod(port)));
         let (profile, fabrics, silent_nodes) = (Profile::fast(), BTreeMap::new(), HashSet::new());
-        let spawn = |task| {
-            tokio::spawn(task);
-        };
+        let supervisor = modelplane_supervisor::Supervisor::default();
+        let spawn = |task| supervisor.spawn("engine", task);
         let cx = |now| Context {
             now,
             profile: &profile,
@@ -1215,12 +1256,15 @@ mod tests {
             storage_factor: 1.0,
             kills: &[],
         };
-        let mut kubelets = Kubelets::default();
+        let mut kubelets = Kubelets {
+            held_port: port,
+            ..Kubelets::default()
+        };
         let engine_port = |kubelets: &Kubelets| {
             let ip = kubelets.runs[&("ml".to_string(), "e".to_string())]
                 .address
                 .ip;
-            SocketAddr::from((ip, ENGINE_PORT))
+            SocketAddr::from((ip, port))
         };
         let free = |at: SocketAddr| {
             let socket = tokio::net::TcpSocket::new_v4().expect("socket");
@@ -1236,7 +1280,7 @@ mod tests {
             assert!(!free(at), "{at} looks free at step {second}");
             kubelets.step(&world, &cx(Duration::from_secs(second * 100)));
         }
-        snapshot.change(Change::Delete(kinds::POD, engine_pod()));
+        snapshot.change(Change::Delete(kinds::POD, engine_pod(port)));
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -1254,15 +1298,14 @@ mod tests {
         let everywhere = std::net::TcpListener::bind("0.0.0.0:0").expect("a listener");
         let port = everywhere.local_addr().expect("its port").port();
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(kinds::POD, engine_pod()));
+        snapshot.change(Change::Apply(kinds::POD, engine_pod(port)));
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
         };
         let (profile, fabrics, silent_nodes) = (Profile::fast(), BTreeMap::new(), HashSet::new());
-        let spawn = |task| {
-            tokio::spawn(task);
-        };
+        let supervisor = modelplane_supervisor::Supervisor::default();
+        let spawn = |task| supervisor.spawn("engine", task);
         let cx = |now| Context {
             now,
             profile: &profile,
@@ -1285,19 +1328,20 @@ mod tests {
         };
         let pass = kubelets.step(&world, &cx(Duration::ZERO));
         assert_eq!(failures(&pass), 1);
-        assert_eq!(pass.wake, Some(SANDBOX_RETRY));
-        let pass = kubelets.step(&world, &cx(Duration::from_secs(1)));
+        let retry = profile.scale(SANDBOX_RETRY);
+        assert_eq!(pass.wake, Some(retry));
+        let pass = kubelets.step(&world, &cx(retry / 2));
         assert_eq!(failures(&pass), 0, "tried again before its time");
         assert!(kubelets.runs.is_empty());
         drop(everywhere);
-        kubelets.step(&world, &cx(SANDBOX_RETRY));
+        kubelets.step(&world, &cx(retry));
         assert_eq!(kubelets.runs.len(), 1, "created once the port is free");
     }
 
-    fn engine_pod() -> Value {
+    fn engine_pod(port: u16) -> Value {
         json!({ "metadata": { "name": "e", "namespace": "ml", "uid": "u-e" },
             "spec": { "nodeName": "n1", "containers": [{ "name": "engine", "image": "vllm/vllm-openai:v0.23.0",
-                "command": ["vllm", "serve"], "args": ["m", "--port=8000"] }] } })
+                "command": ["vllm", "serve"], "args": ["m", format!("--port={port}")] }] } })
     }
 
     /// An engine whose port another process listens on exits as uvicorn
@@ -1305,8 +1349,9 @@ mod tests {
     /// error is in its previous log.
     #[tokio::test]
     async fn an_engine_whose_port_is_taken_exits_and_its_pod_is_not_ready() {
+        let (_spare, port) = spare_port();
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(kinds::POD, engine_pod()));
+        snapshot.change(Change::Apply(kinds::POD, engine_pod(port)));
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -1314,9 +1359,8 @@ mod tests {
         let profile = Profile::fast();
         let fabrics = BTreeMap::new();
         let silent_nodes = HashSet::new();
-        let spawn = |task| {
-            tokio::spawn(task);
-        };
+        let supervisor = modelplane_supervisor::Supervisor::default();
+        let spawn = |task| supervisor.spawn("engine", task);
         let cx = |now| Context {
             now,
             profile: &profile,
@@ -1327,11 +1371,14 @@ mod tests {
             storage_factor: 1.0,
             kills: &[],
         };
-        let mut kubelets = Kubelets::default();
+        let mut kubelets = Kubelets {
+            held_port: port,
+            ..Kubelets::default()
+        };
         kubelets.step(&world, &cx(Duration::ZERO));
         let key = ("ml".to_string(), "e".to_string());
         let ip = kubelets.runs[&key].address.ip;
-        let _other = std::net::TcpListener::bind((ip, 8000)).expect("another process listens");
+        let _other = std::net::TcpListener::bind((ip, port)).expect("another process listens");
         let mut status = Value::Null;
         for second in 1..20 {
             let pass = kubelets.step(&world, &cx(Duration::from_secs(second * 100)));
@@ -1351,7 +1398,7 @@ mod tests {
         assert_eq!(container["lastState"]["terminated"]["exitCode"], 1);
         assert!(
             kubelets.runs[&key].previous.contains(
-                "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use\n"
+                &format!("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', {port}): address already in use\n")
             ),
             "{}",
             kubelets.runs[&key].previous
