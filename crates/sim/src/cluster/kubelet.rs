@@ -113,12 +113,8 @@ impl std::fmt::Display for NoAddress {
 /// many; the search ends when the port is taken everywhere or the system
 /// refuses a socket.
 fn next_address(counter: &AtomicU32, port: u16) -> Result<Address, NoAddress> {
-    match hold(PROBE_ADDRESS, port) {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            return Err(NoAddress::TakenEverywhere);
-        }
-        Err(e) => return Err(NoAddress::Refused(e)),
+    if taken_everywhere(port).map_err(NoAddress::Refused)? {
+        return Err(NoAddress::TakenEverywhere);
     }
     for _ in 0..ADDRESSES {
         let n = counter.fetch_add(1, Ordering::Relaxed) % ADDRESSES;
@@ -135,6 +131,19 @@ fn next_address(counter: &AtomicU32, port: u16) -> Result<Address, NoAddress> {
         }
     }
     Err(NoAddress::TakenEverywhere)
+}
+
+/// Whether something listens on `port` on every address: then the probe
+/// address, which no pod has, is taken too. The probe sets `SO_REUSEADDR`
+/// before it binds, so two kubelets probing at once do not see each other.
+fn taken_everywhere(port: u16) -> std::io::Result<bool> {
+    let probe = tokio::net::TcpSocket::new_v4()?;
+    probe.set_reuseaddr(true)?;
+    match probe.bind(SocketAddr::from((PROBE_ADDRESS, port))) {
+        Ok(()) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(true),
+        Err(e) => Err(e),
+    }
 }
 
 /// Binds `ip:port` without `SO_REUSEADDR`, which fails while any socket
@@ -1224,6 +1233,19 @@ mod tests {
         let engine = std::net::TcpListener::bind(engine_port).expect("its own engine listens");
         assert!(std::net::TcpStream::connect(engine_port).is_ok());
         drop(engine);
+    }
+
+    /// Kubelets of other clusters (in this process or another) probe at
+    /// the same time: a probe in progress is not a listener everywhere.
+    #[test]
+    fn another_kubelets_probe_does_not_take_every_address() {
+        let (_spare, port) = spare_port();
+        let probing = tokio::net::TcpSocket::new_v4().expect("socket");
+        probing.set_reuseaddr(true).expect("reuse");
+        probing
+            .bind(SocketAddr::from((PROBE_ADDRESS, port)))
+            .expect("another kubelet's probe");
+        assert!(next_address(&AtomicU32::new(1), port).is_ok());
     }
 
     /// A process listening on the port on every address takes them all:
