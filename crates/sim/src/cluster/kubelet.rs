@@ -408,7 +408,6 @@ impl Kubelets {
                 .get(kinds::POD, &k.0, &k.1)
                 .is_some_and(|p| p["metadata"]["uid"] == run.uid.as_str())
         });
-
         for pod in world.all(kinds::POD).filter(|p| deleting(p)) {
             self.terminate(pod, cx, &mut writes);
         }
@@ -1265,19 +1264,8 @@ mod tests {
         let (_spare, port) = spare_port();
         let mut snapshot = Snapshot::default();
         snapshot.change(Change::Apply(kinds::POD, engine_pod(port)));
-        let (profile, fabrics, silent_nodes) = (Profile::fast(), BTreeMap::new(), HashSet::new());
-        let supervisor = modelplane_supervisor::Supervisor::default();
-        let spawn = |task| supervisor.spawn("engine", task);
-        let cx = |now| Context {
-            now,
-            profile: &profile,
-            model_express: false,
-            fabrics: &fabrics,
-            spawn: &spawn,
-            silent_nodes: &silent_nodes,
-            storage_factor: 1.0,
-            kills: &[],
-        };
+        let host = Host::new();
+        let cx = |now| host.at(now);
         let mut kubelets = Kubelets {
             held_port: port,
             ..Kubelets::default()
@@ -1325,19 +1313,8 @@ mod tests {
             snapshot: &snapshot,
             timestamp: "t",
         };
-        let (profile, fabrics, silent_nodes) = (Profile::fast(), BTreeMap::new(), HashSet::new());
-        let supervisor = modelplane_supervisor::Supervisor::default();
-        let spawn = |task| supervisor.spawn("engine", task);
-        let cx = |now| Context {
-            now,
-            profile: &profile,
-            model_express: false,
-            fabrics: &fabrics,
-            spawn: &spawn,
-            silent_nodes: &silent_nodes,
-            storage_factor: 1.0,
-            kills: &[],
-        };
+        let host = Host::new();
+        let cx = |now| host.at(now);
         let mut kubelets = Kubelets {
             held_port: port,
             ..Kubelets::default()
@@ -1350,7 +1327,7 @@ mod tests {
         };
         let pass = kubelets.step(&world, &cx(Duration::ZERO));
         assert_eq!(failures(&pass), 1);
-        let retry = profile.scale(SANDBOX_RETRY);
+        let retry = host.profile.scale(SANDBOX_RETRY);
         assert_eq!(pass.wake, Some(retry));
         let pass = kubelets.step(&world, &cx(retry / 2));
         assert_eq!(failures(&pass), 0, "tried again before its time");
@@ -1358,6 +1335,43 @@ mod tests {
         drop(everywhere);
         kubelets.step(&world, &cx(retry));
         assert_eq!(kubelets.runs.len(), 1, "created once the port is free");
+    }
+
+    /// What a kubelet step needs besides the snapshot: the fast profile,
+    /// no fabric or fault, engines spawned by a supervisor.
+    struct Host {
+        profile: Profile,
+        fabrics: BTreeMap<String, String>,
+        silent_nodes: HashSet<String>,
+        spawn: Box<Spawn>,
+    }
+
+    /// How a kubelet starts an engine's task.
+    type Spawn = dyn Fn(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>);
+
+    impl Host {
+        fn new() -> Host {
+            let supervisor = modelplane_supervisor::Supervisor::default();
+            Host {
+                profile: Profile::fast(),
+                fabrics: BTreeMap::new(),
+                silent_nodes: HashSet::new(),
+                spawn: Box::new(move |task| supervisor.spawn("engine", task)),
+            }
+        }
+
+        fn at(&self, now: Duration) -> Context<'_> {
+            Context {
+                now,
+                profile: &self.profile,
+                model_express: false,
+                fabrics: &self.fabrics,
+                spawn: &*self.spawn,
+                silent_nodes: &self.silent_nodes,
+                storage_factor: 1.0,
+                kills: &[],
+            }
+        }
     }
 
     fn engine_pod(port: u16) -> Value {
@@ -1378,21 +1392,8 @@ mod tests {
             snapshot: &snapshot,
             timestamp: "t",
         };
-        let profile = Profile::fast();
-        let fabrics = BTreeMap::new();
-        let silent_nodes = HashSet::new();
-        let supervisor = modelplane_supervisor::Supervisor::default();
-        let spawn = |task| supervisor.spawn("engine", task);
-        let cx = |now| Context {
-            now,
-            profile: &profile,
-            model_express: false,
-            fabrics: &fabrics,
-            spawn: &spawn,
-            silent_nodes: &silent_nodes,
-            storage_factor: 1.0,
-            kills: &[],
-        };
+        let host = Host::new();
+        let cx = |now| host.at(now);
         let mut kubelets = Kubelets {
             held_port: port,
             ..Kubelets::default()
