@@ -113,9 +113,7 @@ impl std::fmt::Display for NoAddress {
 /// many; the search ends when the port is taken everywhere or the system
 /// refuses a socket.
 fn next_address(counter: &AtomicU32, port: u16) -> Result<Address, NoAddress> {
-    if taken_everywhere(port).map_err(NoAddress::Refused)? {
-        return Err(NoAddress::TakenEverywhere);
-    }
+    let mut probed = false;
     for _ in 0..ADDRESSES {
         let n = counter.fetch_add(1, Ordering::Relaxed) % ADDRESSES;
         let ip = Ipv4Addr::from(FIRST_ADDRESS + n);
@@ -125,8 +123,14 @@ fn next_address(counter: &AtomicU32, port: u16) -> Result<Address, NoAddress> {
         }
         match hold(ip, port) {
             Ok(held) => return Ok(Address { ip, _held: held }),
-            // Taken: another process's engine, or its pod, is there.
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+            // Taken: another process's engine or pod is there, or a
+            // listener on every address (asked once, at the first taken).
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                if !probed && taken_everywhere(port).map_err(NoAddress::Refused)? {
+                    return Err(NoAddress::TakenEverywhere);
+                }
+                probed = true;
+            }
             Err(e) => return Err(NoAddress::Refused(e)),
         }
     }
@@ -432,7 +436,7 @@ impl Kubelets {
         // Retries only of pods stepped now: one not stepped (its node
         // silent, or being deleted) would wake the loop at a time past.
         self.sandbox_retries
-            .retain(|k, _| pods.iter().any(|p| pod_key(p) == *k));
+            .retain(|k, _| pods.iter().any(|p| namespace(p) == k.0 && name(p) == k.1));
         let mut cannot_listen = self.silence(cx);
         for pod in &pods {
             self.pod_step(world, pod, cx, &mut writes);
