@@ -41,6 +41,9 @@ pub const EPP_CONFIG_CHECKSUM: &str = "modelplane.ai/epp-config-checksum";
 pub const LLMD_ROLE: &str = "llm-d.ai/role";
 /// Pod label marking an llm-d inference-serving pod.
 pub const LLMD_INFERENCE_SERVING: &str = "llm-d.ai/inference-serving";
+/// Crossplane's label on a composed resource: the name of its composite
+/// (a ModelReplica's or ModelEndpoint's ModelDeployment).
+pub const COMPOSITE: &str = "crossplane.io/composite";
 /// Annotation carrying a managed resource's external name.
 pub const EXTERNAL_NAME: &str = "crossplane.io/external-name";
 

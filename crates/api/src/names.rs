@@ -65,6 +65,16 @@ pub fn cache_job_name(namespace: &str, cache: &str) -> String {
     child_name(&["modelcache", namespace, cache, "hydrate"])
 }
 
+/// Name of a gated model cache's hydration Job run with `token`: a new
+/// token (one given after the Hub refused the last) is a new Job, so a
+/// failed one is not left standing. The token feeds the name's hash alone.
+pub fn cache_job_name_with_token(namespace: &str, cache: &str, token: Option<&str>) -> String {
+    match token {
+        None => cache_job_name(namespace, cache),
+        Some(token) => opaque_name(&cache_job_name(namespace, cache), &[token]),
+    }
+}
+
 /// Name of a model cache's token Secret on each cluster.
 pub fn cache_auth_secret_name(namespace: &str, cache: &str) -> String {
     child_name(&["modelcache", namespace, cache, "auth"])

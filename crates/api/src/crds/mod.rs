@@ -155,6 +155,16 @@ pub const KINDS: &[KindInfo] = &[
             col("SOURCE", "string", ".spec.cluster.source"),
             col("STACK", "string", ".spec.stack"),
             col("GATEWAY", "string", ".status.gateway.address"),
+            col(
+                "READY",
+                "string",
+                ".status.conditions[?(@.type==\"Ready\")].status",
+            ),
+            col(
+                "REACHABLE",
+                "string",
+                ".status.conditions[?(@.type==\"Reachable\")].status",
+            ),
         ],
         scale: false,
         schemas: platform::inference_cluster,
@@ -166,7 +176,15 @@ pub const KINDS: &[KindInfo] = &[
         plural: "modeldeployments",
         short_names: &["md"],
         scope: Scope::Namespaced,
-        columns: &[col("REPLICAS", "integer", ".status.replicas.ready")],
+        columns: &[
+            col("READY", "string", ".status.ready"),
+            col("PLACED", "integer", ".status.replicas.total"),
+            col(
+                "AVAILABLE",
+                "string",
+                ".status.conditions[?(@.type==\"Available\")].status",
+            ),
+        ],
         scale: true,
         schemas: models::model_deployment,
         description: "A model to serve: engines, devices and a replica count, placed by Modelplane onto clusters that fit.",

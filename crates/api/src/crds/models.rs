@@ -166,8 +166,16 @@ pub fn model_deployment() -> (Schema, Schema) {
         .prop(
             "replicas",
             object()
+                .prop(
+                    "desired",
+                    integer().doc("Replicas asked for (spec.replicas)."),
+                )
                 .prop("total", integer().doc("Replicas placed."))
                 .prop("ready", integer().doc("Placed replicas that are Ready.")),
+        )
+        .prop(
+            "ready",
+            string().doc("Ready replicas of those asked for, as `ready/desired`."),
         )
         .prop("conditions", conditions());
     (spec, status)

@@ -220,14 +220,20 @@ pub struct ModelDeploymentStatus {
     /// Replica counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<ReplicaCounts>,
+    /// Ready replicas of those asked for, as `ready/desired`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
     /// Conditions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conditions: Option<Vec<Condition>>,
 }
 
-/// Placed and ready replica counts.
+/// Desired, placed and ready replica counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaCounts {
+    /// Replicas asked for (`spec.replicas`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired: Option<i32>,
     /// Replicas placed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<i32>,
