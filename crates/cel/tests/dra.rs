@@ -138,9 +138,25 @@ fn quantity_and_semver_libraries_follow_kubernetes() {
 #[test]
 fn evaluation_errors_are_errors_not_matches() {
     let d = h100();
+    // An attribute the device lacks is named as such.
+    for (expr, missing) in [
+        (
+            r#"device.attributes["gpu.nvidia.com"].missing == "x""#,
+            "the device has no attribute gpu.nvidia.com/missing",
+        ),
+        (
+            r#"device.attributes["unknown.example.com"].x == 1"#,
+            "the device has no attribute unknown.example.com/x",
+        ),
+    ] {
+        let error = eval(expr, &d).expect_err(expr);
+        assert!(
+            matches!(error, EvalError::Missing { .. }),
+            "{expr}: {error:?}"
+        );
+        assert_eq!(error.to_string(), missing);
+    }
     for expr in [
-        r#"device.attributes["gpu.nvidia.com"].missing == "x""#,
-        r#"device.attributes["unknown.example.com"].x == 1"#,
         r#"quantity("bogus") == quantity("1")"#,
         r#"semver("1.2") == semver("1.2.0")"#,
         r#"quantity("1.5").asInteger() == 1"#,
@@ -156,6 +172,25 @@ fn evaluation_errors_are_errors_not_matches() {
         eval(r#"device.attributes["gpu.nvidia.com"].architecture"#, &d),
         Err(EvalError::NotBool(_))
     ));
+}
+
+#[test]
+fn a_selector_says_which_attributes_it_reads_and_a_device_which_it_has() {
+    let selector = DeviceSelector::compile(
+        r#"device.attributes["gpu.nvidia.com"].productName == "H100" && device.attributes["gpu.nvidia.com"]["memoryGiB"] >= 80 && device.capacity["gpu.nvidia.com"].memory.isGreaterThan(quantity("1Gi"))"#,
+    )
+    .expect("compiles");
+    assert_eq!(
+        selector.attributes_read(),
+        ["gpu.nvidia.com/memoryGiB", "gpu.nvidia.com/productName"]
+    );
+    let d = device(
+        "name: gpu\ndriver: gpu.nvidia.com\nattributes:\n  memoryGiB: { int: 80 }\n  other.example.com/flag: { bool: true }\n",
+    );
+    assert_eq!(
+        modelplane_cel::dra::attribute_names(&d),
+        ["gpu.nvidia.com/memoryGiB", "other.example.com/flag"]
+    );
 }
 
 #[test]

@@ -29,6 +29,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub use kube_cel::cel::Context;
+use kube_cel::cel::ExecutionError;
 use kube_cel::cel::common::ast::{
     CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, MapExpr, operators,
 };
@@ -72,6 +73,45 @@ pub enum EvalError {
     /// The expression produced something other than a bool.
     #[error("expression evaluated to {0}, not a bool")]
     NotBool(String),
+    /// The expression reads an attribute or capacity the device does not
+    /// publish (Kubernetes answers "no such key").
+    #[error("the device has no {map} {name}")]
+    Missing {
+        /// `attribute` or `capacity`.
+        map: &'static str,
+        /// Its qualified name, `domain/name`.
+        name: String,
+    },
+}
+
+/// The name a device scope left unbound, as what the device lacks.
+fn missing(reference: &str) -> Option<EvalError> {
+    let (map, name) = reference.strip_prefix('@')?.split_once('/')?;
+    let map = match map {
+        "attributes" => "attribute",
+        "capacity" => "capacity",
+        _ => return None,
+    };
+    Some(EvalError::Missing {
+        map,
+        name: name.to_string(),
+    })
+}
+
+/// The qualified names (`domain/name`) of the attributes `device`
+/// publishes, sorted: what a selector could have read.
+pub fn attribute_names(device: &Device) -> Vec<String> {
+    let mut names: Vec<String> = device
+        .attributes
+        .iter()
+        .flatten()
+        .map(|(name, _)| {
+            let (domain, id) = qualified(name, &device.driver);
+            format!("{domain}/{id}")
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 /// A compiled device selector.
@@ -136,6 +176,22 @@ impl DeviceSelector {
         })
     }
 
+    /// The attributes the expression reads by literal name, qualified
+    /// (`domain/name`), sorted: those a device must publish for it to
+    /// evaluate. A name computed at run time is not listed.
+    pub fn attributes_read(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        flat_names(&self.expr, &mut names);
+        let mut names: Vec<String> = names
+            .into_iter()
+            .filter_map(|v| v.strip_prefix("@attributes/"))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The expression as written.
     pub fn text(&self) -> &str {
         &self.text
@@ -146,6 +202,11 @@ impl DeviceSelector {
         match Value::resolve(&self.expr, &scope.ctx) {
             Ok(Value::Bool(b)) => Ok(b),
             Ok(other) => Err(EvalError::NotBool(format!("{:?}", other.type_of()))),
+            Err(ExecutionError::UndeclaredReference(name)) => {
+                Err(missing(&name).unwrap_or_else(|| {
+                    EvalError::Expression(format!("undeclared reference to {name}"))
+                }))
+            }
             Err(e) => Err(EvalError::Expression(e.to_string())),
         }
     }
@@ -217,6 +278,40 @@ fn domain_or_empty(map: IdedExpr, domain: IdedExpr, id: u64) -> Expr {
 /// The variable a device scope binds for `device.<map>["<domain>"].<id>`.
 fn flat_name(map: &str, domain: &str, id: &str) -> String {
     format!("@{map}/{domain}/{id}")
+}
+
+/// The flattened names (`@attributes/d/x`, `@capacity/d/x`) `e` reads,
+/// into `out` (the `cel` crate's own reference walk skips them).
+fn flat_names<'e>(e: &'e IdedExpr, out: &mut Vec<&'e str>) {
+    match &e.expr {
+        Expr::Ident(name) if name.starts_with('@') => out.push(name),
+        Expr::Call(call) => {
+            call.target.iter().for_each(|t| flat_names(t, out));
+            call.args.iter().for_each(|a| flat_names(a, out));
+        }
+        Expr::Select(s) => flat_names(&s.operand, out),
+        Expr::Comprehension(c) => {
+            for part in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                flat_names(part, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| flat_names(x, out)),
+        Expr::Map(m) => {
+            for entry in &m.entries {
+                if let EntryExpr::MapEntry(me) = &entry.expr {
+                    flat_names(&me.key, out);
+                    flat_names(&me.value, out);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `device.attributes["d"].x`, `device.capacity["d"]["x"]` and the like
