@@ -105,6 +105,7 @@ fn others() -> Vec<ExistingReplica> {
                     pods: 1,
                     pool: format!("pool-{}", i % 8),
                     claims: true,
+                    requests: Vec::new(),
                 }],
             }],
         })

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use crate::capacity::{self, Room};
 use crate::explain;
 use crate::matching::{self, CompiledEngine, Matcher, ResolvedRequest};
 use crate::model::{Cluster, Deployment, ExistingReplica};
@@ -16,8 +17,9 @@ use crate::{
 pub(crate) struct PoolFit {
     /// Resolved requests per member.
     pub members: Vec<Vec<ResolvedRequest>>,
-    /// Nodes the engine occupies on the pool.
-    pub cost: i64,
+    /// The size of each of the engine's pods that claims devices on the
+    /// pool, in units of a node ([`capacity`]).
+    pub pods: Vec<u32>,
 }
 
 /// How one engine fits one cluster, ignoring capacity.
@@ -31,18 +33,18 @@ pub(crate) struct EngineFit {
     pub pools: Vec<Option<PoolFit>>,
 }
 
-/// A replica that fits a cluster: its engines and the nodes each pool gives.
+/// A replica that fits a cluster: its engines and the pods each pool takes.
 pub(crate) struct Fit {
     pub engines: Vec<EnginePlacement>,
-    /// (pool index, nodes) per engine.
-    pub charges: Vec<(usize, i64)>,
+    /// (pool index, pod sizes) per engine.
+    pub charges: Vec<(usize, Vec<u32>)>,
 }
 
-/// Free nodes per (candidate cluster, pool), and who uses them.
+/// Free room per (candidate cluster, pool), and who uses it.
 pub(crate) struct Ledger {
-    /// Per cluster index: free nodes per pool, or `None` for non-candidates.
-    pub free: Vec<Option<Vec<i64>>>,
-    /// Per cluster index and pool: (deployment, nodes) charged.
+    /// Per cluster index: free room per pool, or `None` for non-candidates.
+    pub free: Vec<Option<Vec<Room>>>,
+    /// Per cluster index and pool: (deployment, units) charged.
     pub used_by: Vec<Vec<Vec<(String, i64)>>>,
 }
 
@@ -98,7 +100,8 @@ impl<'a> Pass<'a> {
                     .collect();
                 let pools = results
                     .into_iter()
-                    .map(|per_member| {
+                    .zip(&cluster.pools)
+                    .map(|(per_member, pool)| {
                         let members: Option<Vec<Vec<ResolvedRequest>>> =
                             per_member.into_iter().collect();
                         let members = members?;
@@ -109,12 +112,18 @@ impl<'a> Pass<'a> {
                         if stranded {
                             return None;
                         }
-                        let cost = members
-                            .iter()
-                            .zip(&self.engines[ei].members)
-                            .map(|(resolved, m)| if resolved.is_empty() { 0 } else { m.nodes })
-                            .sum();
-                        Some(PoolFit { members, cost })
+                        let mut pods = Vec::new();
+                        for (resolved, m) in members.iter().zip(&self.engines[ei].members) {
+                            if resolved.is_empty() {
+                                continue;
+                            }
+                            let demand: Vec<(usize, i64)> =
+                                resolved.iter().map(|r| (r.device, r.count)).collect();
+                            let size = capacity::pod_units(&demand, &pool.devices)?;
+                            let count = usize::try_from(m.pods).unwrap_or(0);
+                            pods.extend(std::iter::repeat_n(size, count));
+                        }
+                        Some(PoolFit { members, pods })
                     })
                     .collect();
                 EngineFit {
@@ -127,8 +136,8 @@ impl<'a> Pass<'a> {
     }
 
     /// `place_engines`: every engine on one pool each, against a trial copy
-    /// of the cluster's free nodes. Returns the placements and the charges.
-    pub(crate) fn place_engines(&mut self, ci: usize, free: &[i64]) -> Option<Fit> {
+    /// of the cluster's free room. Returns the placements and the charges.
+    pub(crate) fn place_engines(&mut self, ci: usize, free: &[Room]) -> Option<Fit> {
         let mut trial = free.to_vec();
         let mut placed = Vec::new();
         let mut charges = Vec::new();
@@ -138,12 +147,12 @@ impl<'a> Pass<'a> {
             if !fit.claimable {
                 return None;
             }
-            let (pi, pool_fit) =
-                fit.pools.iter().enumerate().find_map(|(pi, f)| {
-                    f.as_ref().filter(|f| trial[pi] >= f.cost).map(|f| (pi, f))
-                })?;
-            trial[pi] -= pool_fit.cost;
-            charges.push((pi, pool_fit.cost));
+            let (pi, pool_fit, after) = fit.pools.iter().enumerate().find_map(|(pi, f)| {
+                let f = f.as_ref()?;
+                Some((pi, f, trial[pi].take_all(&f.pods)?))
+            })?;
+            trial[pi] = after;
+            charges.push((pi, pool_fit.pods.clone()));
             placed.push(self.engine_placement(ci, ei, pi, &pool_fit.members));
         }
         Some(Fit {
@@ -379,8 +388,9 @@ fn scale_down(placements: &mut Vec<Placement>, replicas: usize, dropped: &mut Ve
     }
 }
 
-/// §1.8: published nodes minus what every other replica (and our retained
-/// ones) occupies, charged at their stamped cost.
+/// §1.8, by device (docs/decisions.md): each pool's nodes, with every
+/// other deployment's replica charged by what its pods take as stamped,
+/// and our retained ones as they resolve now.
 fn build_ledger(
     pass: &Pass<'_>,
     sorted: &[&ExistingReplica],
@@ -388,32 +398,63 @@ fn build_ledger(
     kept: &[Placement],
 ) -> Ledger {
     let clusters = pass.clusters;
-    let mut free: Vec<Option<Vec<i64>>> = clusters
+    let mut free: Vec<Option<Vec<Room>>> = clusters
         .iter()
         .enumerate()
-        .map(|(i, c)| pass.candidates[i].then(|| c.pools.iter().map(|p| p.nodes).collect()))
+        .map(|(i, c)| {
+            pass.candidates[i].then(|| c.pools.iter().map(|p| Room::new(p.nodes)).collect())
+        })
         .collect();
     let mut used_by: Vec<Vec<Vec<(String, i64)>>> = clusters
         .iter()
         .map(|c| vec![Vec::new(); c.pools.len()])
         .collect();
-    let kept_ids: HashSet<(&str, i64)> =
-        kept.iter().map(|p| (p.cluster.as_str(), p.index)).collect();
-    for replica in sorted {
-        if replica.engines.is_empty() {
+    // Per cluster and pool, every pod running there: charged largest
+    // first, as a packing that fits them is found.
+    let mut charges: Vec<Vec<Vec<(u32, String)>>> =
+        used_by.iter().map(|p| vec![Vec::new(); p.len()]).collect();
+    // Ours kept, as they resolve now.
+    let ours = format!("{}/{}", pass.deployment.namespace, pass.deployment.name);
+    for placement in kept {
+        let Some(&ci) = by_name.get(placement.cluster.as_str()) else {
             continue;
+        };
+        for (engine, spec) in placement.engines.iter().zip(&pass.deployment.engines) {
+            for (member, member_spec) in engine.members.iter().zip(&spec.members) {
+                if member.device_requests.is_empty() {
+                    continue;
+                }
+                let Some(pi) = clusters[ci]
+                    .pools
+                    .iter()
+                    .position(|p| p.name == member.pool)
+                else {
+                    continue;
+                };
+                let demand: Vec<(usize, i64)> = member
+                    .device_requests
+                    .iter()
+                    .map(|r| (r.device, r.count))
+                    .collect();
+                let size = capacity::pod_units(&demand, &clusters[ci].pools[pi].devices)
+                    .unwrap_or(capacity::UNITS);
+                let pods = u64::from(member_spec.pods) * u64::from(spec.copies);
+                for _ in 0..pods {
+                    charges[ci][pi].push((size, ours.clone()));
+                }
+            }
         }
-        if is_ours(pass.deployment, replica)
-            && !kept_ids.contains(&(replica.cluster.as_str(), replica.index))
-        {
+    }
+    for replica in sorted {
+        if replica.engines.is_empty() || is_ours(pass.deployment, replica) {
             continue;
         }
         let Some(&ci) = by_name.get(replica.cluster.as_str()) else {
             continue;
         };
-        let Some(pools) = free[ci].as_mut() else {
+        if free[ci].is_none() {
             continue;
-        };
+        }
         let owner = format!(
             "{}/{}",
             replica.namespace,
@@ -421,25 +462,45 @@ fn build_ledger(
         );
         for engine in &replica.engines {
             for member in engine.members.iter().filter(|m| m.claims) {
-                if let Some(pi) = clusters[ci]
+                let Some(pi) = clusters[ci]
                     .pools
                     .iter()
                     .position(|p| p.name == member.pool)
-                {
-                    let nodes = i64::from(member.pods) * i64::from(engine.copies);
-                    pools[pi] -= nodes;
-                    record(&mut used_by[ci][pi], &owner, nodes);
+                else {
+                    continue;
+                };
+                let pool = &clusters[ci].pools[pi];
+                // What the pool cannot say the size of takes a whole node.
+                let size = member
+                    .demand(pool)
+                    .and_then(|demand| capacity::pod_units(&demand, &pool.devices))
+                    .unwrap_or(capacity::UNITS);
+                let pods = u64::from(member.pods) * u64::from(engine.copies);
+                for _ in 0..pods {
+                    charges[ci][pi].push((size, owner.clone()));
                 }
+            }
+        }
+    }
+    for (ci, pools) in charges.into_iter().enumerate() {
+        let Some(rooms) = free[ci].as_mut() else {
+            continue;
+        };
+        for (pi, mut pods) in pools.into_iter().enumerate() {
+            pods.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+            for (size, owner) in pods {
+                rooms[pi].charge(size);
+                record(&mut used_by[ci][pi], &owner, i64::from(size));
             }
         }
     }
     Ledger { free, used_by }
 }
 
-fn record(usage: &mut Vec<(String, i64)>, owner: &str, nodes: i64) {
+fn record(usage: &mut Vec<(String, i64)>, owner: &str, units: i64) {
     match usage.iter_mut().find(|(o, _)| o == owner) {
-        Some((_, n)) => *n += nodes,
-        None => usage.push((owner.to_string(), nodes)),
+        Some((_, n)) => *n += units,
+        None => usage.push((owner.to_string(), units)),
     }
 }
 
@@ -497,12 +558,15 @@ fn fill(
         indices.insert(index);
         *load.entry(name).or_default() += 1;
         if let Some(free) = ledger.free[ci].as_mut() {
-            for (pi, cost) in charges {
-                free[pi] -= cost;
+            for (pi, pods) in charges {
+                if let Some(after) = free[pi].take_all(&pods) {
+                    free[pi] = after;
+                }
+                let units: u32 = pods.iter().sum();
                 record(
                     &mut ledger.used_by[ci][pi],
                     &format!("{}/{}", deployment.namespace, deployment.name),
-                    cost,
+                    i64::from(units),
                 );
             }
         }

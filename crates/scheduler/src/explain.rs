@@ -1,16 +1,18 @@
 //! Why a replica is not on a given cluster or pool: the scheduler's
 //! explanations, computed after the pass from its final state.
 //!
-//! For every cluster that received no replica, the first blocking reasons
+//! For every cluster that received no replica (every cluster, when the
+//! deployment is short of replicas), the first blocking reasons
 //! are reported in the order the scheduler checks them: cluster selector,
 //! taints, readiness, gateway, then per engine and pool the device match and
-//! the free nodes. A cluster where the deployment would fit but was not
+//! the devices free on its nodes. A cluster where the deployment would fit but was not
 //! needed says so.
 
 use modelplane_api::types::{Role, TaintEffect};
 use serde::Serialize;
 
 use crate::algorithm::{Ledger, Pass};
+use crate::capacity::{self, Room};
 use crate::matching::{CompiledRequest, DeviceMiss};
 use crate::model::{Cluster, Deployment, PoolDevice};
 use crate::{Placement, taints};
@@ -85,13 +87,16 @@ pub enum Reason {
         /// Member role.
         role: Role,
     },
-    /// The pool fits the engine but has too few free nodes.
-    InsufficientNodes {
-        /// Nodes the engine needs.
-        needed: i64,
-        /// Nodes free.
-        free: i64,
-        /// Who occupies the pool.
+    /// The pool's devices fit the engine, but its nodes have too little
+    /// of them free: counted by device per node (docs/decisions.md).
+    InsufficientDevices {
+        /// The device counted (the one the engine's pods take most of).
+        device: String,
+        /// What each of the engine's pods takes of it, on one node each.
+        needed: Vec<i64>,
+        /// What its nodes have free, most first (nodes with none left out).
+        free: Vec<FreeOnNodes>,
+        /// Who occupies the pool, by devices taken.
         used_by: Vec<Usage>,
     },
     /// The deployment fits here, but every requested replica is placed.
@@ -173,16 +178,37 @@ impl std::fmt::Display for Reason {
                 f,
                 "member {member} ({role:?}) would get only Synthetic devices here though it claims DRA devices elsewhere"
             ),
-            Reason::InsufficientNodes {
+            Reason::InsufficientDevices {
+                device,
                 needed,
                 free,
                 used_by,
             } => {
-                write!(f, "not enough free nodes: needed {needed}, free {free}")?;
+                let list: Vec<String> = needed.iter().map(i64::to_string).collect();
+                match needed.as_slice() {
+                    [one] => write!(f, "no room for {one} {device} on one node")?,
+                    _ => write!(
+                        f,
+                        "no room for pods of {} {device}, each on one node",
+                        list.join(", ")
+                    )?,
+                }
+                if free.is_empty() {
+                    f.write_str("; every node is full")?;
+                } else {
+                    let free: Vec<String> = free
+                        .iter()
+                        .map(|n| {
+                            let nodes = if n.nodes == 1 { "node" } else { "nodes" };
+                            format!("{} on {} {nodes}", n.devices, n.nodes)
+                        })
+                        .collect();
+                    write!(f, "; {device} free: {}", free.join(", "))?;
+                }
                 if !used_by.is_empty() {
                     let users: Vec<String> = used_by
                         .iter()
-                        .map(|u| format!("{} ({})", u.deployment, u.nodes))
+                        .map(|u| format!("{} ({})", u.deployment, u.devices))
                         .collect();
                     write!(f, "; used by {}", users.join(", "))?;
                 }
@@ -217,12 +243,21 @@ pub struct ClosestDevice {
     pub why: DeviceMiss,
 }
 
-/// Nodes of a pool one deployment occupies.
+/// Devices of a pool one deployment occupies.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Usage {
     /// `namespace/deployment`.
     pub deployment: String,
-    /// Nodes.
+    /// Devices (of the kind counted), as charged.
+    pub devices: i64,
+}
+
+/// Nodes of a pool with as many devices free.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FreeOnNodes {
+    /// Devices free on each.
+    pub devices: i64,
+    /// How many nodes.
     pub nodes: i64,
 }
 
@@ -272,9 +307,13 @@ pub(crate) fn explain(
 ) -> Vec<Explanation> {
     let mut out = Vec::new();
     let deployment = pass.deployment;
+    // A deployment short of replicas explains every cluster, those that
+    // took some and are now full included; one placed whole explains only
+    // the clusters it is not on.
+    let short = placements.len() < deployment.replicas as usize;
     for ci in 0..pass.clusters.len() {
         let cluster = &pass.clusters[ci];
-        if placements.iter().any(|p| p.cluster == cluster.name) {
+        if !short && placements.iter().any(|p| p.cluster == cluster.name) {
             continue;
         }
         if !pass.candidates[ci] {
@@ -312,32 +351,25 @@ pub(crate) fn explain(
     out
 }
 
-/// Walks the engines as `place_engines` does, against the final free nodes,
+/// Walks the engines as `place_engines` does, against the final free room,
 /// and says what stops each one on each pool.
 fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explanation> {
     let mut out = Vec::new();
-    let mut trial = ledger.free[ci].clone().unwrap_or_default();
+    let mut trial: Vec<Room> = ledger.free[ci].clone().unwrap_or_default();
     pass.fits(ci);
     let n_engines = pass.engines.len();
     for ei in 0..n_engines {
         let cluster = &pass.clusters[ci];
         let engine_name = pass.engines[ei].name.clone();
-        // Only the costs are needed here; borrowing them keeps the fits uncloned.
-        let (claimable, costs): (bool, Vec<Option<i64>>) = {
+        let (claimable, fits): (bool, Vec<Option<crate::algorithm::PoolFit>>) = {
             let fit = &pass.fits_of(ci)[ei];
-            (
-                fit.claimable,
-                fit.pools
-                    .iter()
-                    .map(|f| f.as_ref().map(|f| f.cost))
-                    .collect(),
-            )
+            (fit.claimable, fit.pools.clone())
         };
         if !claimable {
             // Pools where every member matches only Synthetic devices, and
             // pools where some member matches nothing at all.
-            for (pi, cost) in costs.iter().enumerate() {
-                let reason = match cost {
+            for (pi, fit) in fits.iter().enumerate() {
+                let reason = match fit {
                     Some(_) => Reason::NoClaimableDevice,
                     None => member_reason(pass, ci, ei, pi),
                 };
@@ -350,17 +382,17 @@ fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explan
             }
             return out;
         }
-        if let Some(pi) = (0..costs.len()).find(|&pi| costs[pi].is_some_and(|c| trial[pi] >= c)) {
-            trial[pi] -= costs[pi].unwrap_or(0);
+        let placed = fits.iter().enumerate().find_map(|(pi, f)| {
+            let after = trial[pi].take_all(&f.as_ref()?.pods)?;
+            Some((pi, after))
+        });
+        if let Some((pi, after)) = placed {
+            trial[pi] = after;
             continue;
         }
-        for (pi, cost) in costs.iter().enumerate() {
-            let reason = match cost {
-                Some(needed) => Reason::InsufficientNodes {
-                    needed: *needed,
-                    free: trial[pi],
-                    used_by: usage(ledger, ci, pi),
-                },
+        for (pi, fit) in fits.iter().enumerate() {
+            let reason = match fit {
+                Some(fit) => insufficient(cluster, pi, fit, &trial[pi], ledger, ci),
                 None => member_reason(pass, ci, ei, pi),
             };
             out.push(Explanation {
@@ -375,17 +407,61 @@ fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explan
     out
 }
 
-fn usage(ledger: &Ledger, ci: usize, pi: usize) -> Vec<Usage> {
+/// Why `fit` does not find room on pool `pi`, in devices of the kind its
+/// pods take most of.
+fn insufficient(
+    cluster: &Cluster,
+    pi: usize,
+    fit: &crate::algorithm::PoolFit,
+    room: &Room,
+    ledger: &Ledger,
+    ci: usize,
+) -> Reason {
+    let pool = &cluster.pools[pi];
+    let device = fit
+        .members
+        .iter()
+        .flatten()
+        .max_by_key(|r| {
+            let per_node = pool.devices.get(r.device).map_or(1, |d| d.count.max(1));
+            (r.count * 1000) / per_node
+        })
+        .map(|r| r.device)
+        .unwrap_or(0);
+    let per_node = pool.devices.get(device).map_or(0, |d| d.count);
+    let in_devices = |units: u32| capacity::devices_of(units, per_node);
+    let mut needed: Vec<i64> = fit.pods.iter().map(|u| in_devices(*u)).collect();
+    needed.sort_unstable_by(|a, b| b.cmp(a));
+    Reason::InsufficientDevices {
+        device: pool
+            .devices
+            .get(device)
+            .map(|d| d.name.clone())
+            .unwrap_or_default(),
+        needed,
+        free: room
+            .nodes_by_free()
+            .into_iter()
+            .map(|(units, nodes)| FreeOnNodes {
+                devices: in_devices(units),
+                nodes,
+            })
+            .collect(),
+        used_by: usage(ledger, ci, pi, per_node),
+    }
+}
+
+fn usage(ledger: &Ledger, ci: usize, pi: usize, per_node: i64) -> Vec<Usage> {
     let mut used: Vec<Usage> = ledger.used_by[ci][pi]
         .iter()
-        .map(|(deployment, nodes)| Usage {
+        .map(|(deployment, units)| Usage {
             deployment: deployment.clone(),
-            nodes: *nodes,
+            devices: capacity::devices_of(u32::try_from(*units).unwrap_or(u32::MAX), per_node),
         })
         .collect();
     used.sort_by(|a, b| {
-        b.nodes
-            .cmp(&a.nodes)
+        b.devices
+            .cmp(&a.devices)
             .then_with(|| a.deployment.cmp(&b.deployment))
     });
     used

@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 mod algorithm;
+pub mod capacity;
 mod explain;
 mod matching;
 pub mod model;
@@ -20,7 +21,7 @@ mod taints;
 use modelplane_api::types::Role;
 use serde::Serialize;
 
-pub use explain::{ClosestDevice, Explanation, Reason, Usage};
+pub use explain::{ClosestDevice, Explanation, FreeOnNodes, Reason, Usage};
 pub use matching::{DeviceMiss, ResolvedRequest, SelectorError};
 pub use model::{Cluster, Deployment, DeviceInterner, ExistingReplica};
 

@@ -43,6 +43,9 @@ pub struct ResolvedRequest {
     pub count: i64,
     /// The selectors, verbatim.
     pub selectors: Vec<String>,
+    /// Which of the pool's devices it takes (its index there).
+    #[serde(skip)]
+    pub device: usize,
 }
 
 pub(crate) struct CompiledRequest {
@@ -54,8 +57,8 @@ pub(crate) struct CompiledRequest {
 
 pub(crate) struct CompiledMember {
     pub role: Role,
-    /// Nodes this member occupies when it claims: pods × copies.
-    pub nodes: i64,
+    /// Pods of this member in one replica: its pods × the engine's copies.
+    pub pods: i64,
     pub requests: Vec<CompiledRequest>,
 }
 
@@ -106,7 +109,7 @@ pub(crate) fn compile(deployment: &Deployment) -> Result<Vec<CompiledEngine>, Bo
                         .collect::<Result<Vec<_>, Box<SelectorError>>>()?;
                     Ok(CompiledMember {
                         role: member.role,
-                        nodes: i64::from(member.pods) * i64::from(engine.copies),
+                        pods: i64::from(member.pods) * i64::from(engine.copies),
                         requests,
                     })
                 })
@@ -197,7 +200,7 @@ impl Matcher {
                         expression: request.texts[i].clone(),
                     });
                 }
-                Err(e) => return Err(selector_error(i, &request.texts[i], &e)),
+                Err(e) => return Err(selector_error(i, &request.texts[i], &e, device)),
             }
         }
         Ok(())
@@ -251,6 +254,7 @@ impl Matcher {
                     device_class_name: devices[i].device_class_name.clone(),
                     count: request.count,
                     selectors: request.texts.clone(),
+                    device: i,
                 });
             }
         }
@@ -260,10 +264,25 @@ impl Matcher {
     }
 }
 
-fn selector_error(i: usize, text: &str, e: &EvalError) -> DeviceMiss {
+/// A selector's failure on `device`, in words: one that reads an attribute
+/// the device lacks says which it has.
+fn selector_error(i: usize, text: &str, e: &EvalError, device: &PoolDevice) -> DeviceMiss {
+    let error = match e {
+        EvalError::Missing {
+            map: "attribute", ..
+        } => {
+            let has = dra::attribute_names(&device.source);
+            if has.is_empty() {
+                format!("{e}; it publishes no attributes")
+            } else {
+                format!("{e}; it has {}", has.join(", "))
+            }
+        }
+        _ => e.to_string(),
+    };
     DeviceMiss::SelectorError {
         selector: i,
         expression: text.to_string(),
-        error: e.to_string(),
+        error,
     }
 }

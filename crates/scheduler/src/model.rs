@@ -176,6 +176,30 @@ pub struct ReplicaMember {
     pub pool: String,
     /// Whether the member carries device requests (and so is charged).
     pub claims: bool,
+    /// Its device requests: DeviceClass and devices per pod.
+    pub requests: Vec<(String, i64)>,
+}
+
+impl ReplicaMember {
+    /// What one of its pods takes of a node of `pool`: each request's
+    /// devices, of the pool's first DRA device of its DeviceClass; `None`
+    /// when the pool offers none of a class, or none is stamped (it is
+    /// charged a whole node).
+    pub fn demand(&self, pool: &Pool) -> Option<Vec<(usize, i64)>> {
+        if self.requests.is_empty() {
+            // Charged, but with no requests stamped: a whole node.
+            return None;
+        }
+        self.requests
+            .iter()
+            .map(|(class, count)| {
+                let device = pool.devices.iter().position(|d| {
+                    d.claim == modelplane_api::types::Claim::Dra && d.device_class_name == *class
+                })?;
+                Some((device, *count))
+            })
+            .collect()
+    }
 }
 
 /// Shares identical pool devices across the fleet.
@@ -375,6 +399,11 @@ impl ExistingReplica {
                             pods: member.pods,
                             pool: m.pool.clone(),
                             claims: !m.device_requests.is_empty(),
+                            requests: m
+                                .device_requests
+                                .iter()
+                                .map(|r| (r.device_class_name.clone(), r.count))
+                                .collect(),
                         })
                         .collect(),
                 })
@@ -409,6 +438,14 @@ impl ExistingReplica {
                             pods: pods(m.role(), m.worker.as_ref().map(|w| w.nodes)),
                             pool: m.node_pool_name.clone(),
                             claims: m.device_requests.as_ref().is_some_and(|r| !r.is_empty()),
+                            requests: m
+                                .device_requests
+                                .iter()
+                                .flatten()
+                                .map(|r| {
+                                    (r.device_class_name.clone(), i64::from(r.count.unwrap_or(1)))
+                                })
+                                .collect(),
                         })
                         .collect(),
                 })

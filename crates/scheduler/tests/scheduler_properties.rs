@@ -156,42 +156,68 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
     #[test]
-    fn new_placements_never_charge_a_pool_beyond_its_free_nodes(w in world()) {
+    fn new_placements_never_take_more_than_a_pools_nodes_hold(w in world()) {
         let (d, c, r) = build(&w);
         let Some(s) = run_opts(&d, &c, &r) else { return Ok(()) };
-        let kept: Vec<(String, i64)> = s.placements.iter().filter(|p| p.retained).map(|p| (p.cluster.clone(), p.index)).collect();
-        let mut free: HashMap<(String, String), i64> = HashMap::new();
+        // Per (cluster, pool): GPUs per node, nodes, and every pod's GPUs
+        // (a pod of a replica with no requests stamped takes a node).
+        let mut pools: HashMap<(String, String), (i64, i64, Vec<i64>)> = HashMap::new();
         for cl in &c {
             for p in &cl.pools {
-                free.insert((cl.name.clone(), p.name.clone()), p.nodes);
+                let per_node = p.devices.first().map_or(0, |d| d.count);
+                pools.insert((cl.name.clone(), p.name.clone()), (per_node, p.nodes, Vec::new()));
             }
         }
         for rep in &r {
             let ours = rep.deployment.as_deref() == Some("m") && rep.namespace == d.namespace;
-            if ours && !kept.contains(&(rep.cluster.clone(), rep.index)) {
+            if ours {
                 continue;
             }
             for e in &rep.engines {
                 for m in e.members.iter().filter(|m| m.claims) {
-                    if let Some(f) = free.get_mut(&(rep.cluster.clone(), m.pool.clone())) {
-                        *f -= i64::from(m.pods) * i64::from(e.copies);
+                    if let Some((per_node, _, pods)) = pools.get_mut(&(rep.cluster.clone(), m.pool.clone())) {
+                        let n = i64::from(m.pods) * i64::from(e.copies);
+                        pods.extend(std::iter::repeat_n(*per_node, n as usize));
                     }
                 }
             }
         }
-        let mut new: HashMap<(String, String), i64> = HashMap::new();
+        // Ours kept run as they resolve; the new ones come beside them.
+        let mut placed_new = HashMap::<(String, String), Vec<i64>>::new();
+        for p in s.placements.iter().filter(|p| p.retained) {
+            for (e, spec) in p.engines.iter().zip(&d.engines) {
+                for (m, ms) in e.members.iter().zip(&spec.members) {
+                    if let Some(r) = m.device_requests.first()
+                        && let Some((_, _, pods)) = pools.get_mut(&(p.cluster.clone(), m.pool.clone()))
+                    {
+                        let n = i64::from(ms.pods) * i64::from(spec.copies);
+                        pods.extend(std::iter::repeat_n(r.count, n as usize));
+                    }
+                }
+            }
+        }
         for p in s.placements.iter().filter(|p| !p.retained) {
             for (e, spec) in p.engines.iter().zip(&d.engines) {
                 for (m, ms) in e.members.iter().zip(&spec.members) {
-                    if !m.device_requests.is_empty() {
-                        *new.entry((p.cluster.clone(), m.pool.clone())).or_default() += i64::from(ms.pods) * i64::from(spec.copies);
+                    if let Some(r) = m.device_requests.first() {
+                        let n = i64::from(ms.pods) * i64::from(spec.copies);
+                        placed_new.entry((p.cluster.clone(), m.pool.clone())).or_default()
+                            .extend(std::iter::repeat_n(r.count, n as usize));
                     }
                 }
             }
         }
-        for (key, used) in new {
-            let before = free.get(&key).copied().unwrap_or(0);
-            prop_assert!(used <= before.max(0), "{key:?}: {used} new nodes, {before} free");
+        for (key, new) in placed_new {
+            let (per_node, nodes, mut pods) = pools.get(&key).cloned().expect("a pool");
+            // What ran there already may be over what the pool holds now
+            // (it shrank): the new pods must fit beside it, so it is
+            // counted only as far as the nodes hold it.
+            pods.truncate(usize::try_from(nodes).unwrap_or(0));
+            pods.extend(new.iter().copied());
+            prop_assert!(
+                fits(&pods, per_node, nodes),
+                "{key:?}: pods {pods:?} do not fit {nodes} nodes of {per_node} GPUs"
+            );
         }
     }
 
@@ -250,4 +276,32 @@ proptest! {
         }
         prop_assert!(s.placements.len() <= d.replicas as usize);
     }
+}
+
+/// Whether `pods` (GPUs each) can be put on `nodes` nodes of `per_node`
+/// GPUs, one node per pod: an exhaustive search, for the small pools the
+/// properties draw.
+fn fits(pods: &[i64], per_node: i64, nodes: i64) -> bool {
+    fn search(pods: &[i64], free: &mut Vec<i64>) -> bool {
+        let Some((&pod, rest)) = pods.split_first() else {
+            return true;
+        };
+        let mut tried = Vec::new();
+        for i in 0..free.len() {
+            if free[i] < pod || tried.contains(&free[i]) {
+                continue;
+            }
+            tried.push(free[i]);
+            free[i] -= pod;
+            if search(rest, free) {
+                return true;
+            }
+            free[i] += pod;
+        }
+        false
+    }
+    let mut sorted = pods.to_vec();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    let mut free = vec![per_node; usize::try_from(nodes).unwrap_or(0)];
+    search(&sorted, &mut free)
 }

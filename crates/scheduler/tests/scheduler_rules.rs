@@ -386,13 +386,18 @@ fn retained_replicas_keep_their_place_and_are_not_charged_twice() {
 }
 
 #[test]
-fn a_retained_replica_is_charged_its_stamped_shape_and_restamped() {
-    // Stamped with 1 pod; the deployment now has 2 copies. Retained, charged 1.
+fn a_retained_replica_is_charged_as_it_is_restamped() {
+    // Stamped with 1 pod; the deployment now has 2 copies. Retained and
+    // restamped, it will run 2 pods: charged 2, so nothing is promised the
+    // cluster cannot place (the original charges the stamped 1:
+    // docs/decisions.md).
     let c = clusters(vec![cluster("a").pool("p", 3, vec![gpu(1, "80Gi")])]);
     let d = deployment("m", 2, vec![engine("main", 2, vec![standalone(1, "20Gi")])]);
     let s = run(&d, &c, &[replica("m", "m-x", "a", 0, &[("main", "p")])]);
-    // 3 nodes - 1 stamped = 2 free: room for one more 2-copy replica.
-    assert_eq!(places(&s), ["a/0@p", "a/1@p"]);
+    assert_eq!(places(&s), ["a/0@p"], "3 nodes - 2 restamped: 1 free");
+    let c = clusters(vec![cluster("a").pool("p", 4, vec![gpu(1, "80Gi")])]);
+    let s = run(&d, &c, &[replica("m", "m-x", "a", 0, &[("main", "p")])]);
+    assert_eq!(places(&s), ["a/0@p", "a/1@p"], "4 nodes - 2: room for 2");
 }
 
 #[test]
@@ -599,8 +604,14 @@ fn explanations_say_why_each_cluster_and_pool_was_passed_over() {
         reasons.contains(&("down".into(), None, Reason::NotReady)),
         "{reasons:#?}"
     );
-    assert!(reasons.iter().any(|(c, p, r)| c == "full" && p.as_deref() == Some("p") && matches!(r,
-        Reason::InsufficientNodes { needed: 1, free: 0, used_by } if used_by[0].deployment == "ml/other")), "{reasons:#?}");
+    assert!(
+        reasons.iter().any(|(c, p, r)| c == "full"
+            && p.as_deref() == Some("p")
+            && matches!(r,
+        Reason::InsufficientDevices { needed, free, used_by, .. }
+            if needed == &[1] && free.is_empty() && used_by[0].deployment == "ml/other")),
+        "{reasons:#?}"
+    );
     assert!(reasons.iter().any(|(c, _, r)| c == "small" && matches!(r,
         Reason::DeviceUnmatched { request, closest: Some(closest), .. }
             if request == "gpu" && closest.device == "gpu"
@@ -614,6 +625,7 @@ fn claims_are_stamped_only_for_dra_devices() {
         pods: 2,
         pool: "p".into(),
         claims: false,
+        requests: Vec::new(),
     };
     let c = clusters(vec![cluster("a").pool("p", 1, vec![gpu(2, "80Gi")])]);
     let s = run(
@@ -627,4 +639,113 @@ fn claims_are_stamped_only_for_dra_devices() {
         ("gpu", GPU, 2)
     );
     assert_eq!(req.selectors, [mem_at_least("20Gi")]);
+}
+
+#[test]
+fn replicas_pack_by_device_so_six_tp4_share_four_8_gpu_nodes() {
+    let c = clusters(vec![cluster("a").pool("p", 4, vec![gpu(8, "80Gi")])]);
+    let tp4 = deployment("m", 6, vec![engine("main", 1, vec![standalone(4, "20Gi")])]);
+    let s = run(&tp4, &c, &[]);
+    assert_eq!(s.placements.len(), 6, "{:?}", places(&s));
+    // Two more TP4 fill the last node; a TP8 finds no node with 8 free.
+    let mut existing: Vec<modelplane_scheduler::ExistingReplica> = s
+        .placements
+        .iter()
+        .map(|p| modelplane_scheduler::ExistingReplica::from_placement(&tp4, p))
+        .collect();
+    let more = deployment(
+        "more",
+        2,
+        vec![engine("main", 1, vec![standalone(4, "20Gi")])],
+    );
+    let s = run(&more, &c, &existing);
+    assert_eq!(s.placements.len(), 2);
+    existing.extend(
+        s.placements
+            .iter()
+            .map(|p| modelplane_scheduler::ExistingReplica::from_placement(&more, p)),
+    );
+    let existing: Vec<modelplane_scheduler::ExistingReplica> =
+        existing.into_iter().take(7).collect();
+    let tp8 = deployment(
+        "big",
+        1,
+        vec![engine("main", 1, vec![standalone(8, "20Gi")])],
+    );
+    let s = run(&tp8, &c, &existing);
+    assert!(s.placements.is_empty(), "7 TP4 leave 4 GPUs, on one node");
+    let said: Vec<String> = s.explanations.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said,
+        [
+            "a/p (main): no room for 8 gpu on one node; gpu free: 4 on 1 node; used by ml/m (24), ml/more (4)"
+        ]
+    );
+}
+
+#[test]
+fn a_gang_whose_pods_need_whole_nodes_takes_whole_nodes() {
+    let c = clusters(vec![cluster("a").pool("p", 3, vec![gpu(8, "80Gi")])]);
+    let gang = deployment(
+        "g",
+        2,
+        vec![engine(
+            "main",
+            1,
+            vec![
+                member(
+                    Role::Leader,
+                    1,
+                    vec![request("gpu", 8, &[&mem_at_least("20Gi")])],
+                ),
+                member(
+                    Role::Worker,
+                    1,
+                    vec![request("gpu", 8, &[&mem_at_least("20Gi")])],
+                ),
+            ],
+        )],
+    );
+    assert_eq!(
+        run(&gang, &c, &[]).placements.len(),
+        1,
+        "two nodes a gang, three nodes"
+    );
+}
+
+#[test]
+fn a_selector_reading_an_attribute_the_devices_lack_says_which_they_have() {
+    let c = clusters(vec![cluster("a").pool("p", 2, vec![gpu(8, "80Gi")])]);
+    let wants_product = deployment(
+        "m",
+        1,
+        vec![engine(
+            "main",
+            1,
+            vec![member(
+                Role::Standalone,
+                1,
+                vec![request(
+                    "gpu",
+                    1,
+                    &[r#"device.attributes["gpu.nvidia.com"].productName == "H100""#],
+                )],
+            )],
+        )],
+    );
+    let s = run(&wants_product, &c, &[]);
+    assert!(s.placements.is_empty());
+    let said: Vec<String> = s
+        .explanations
+        .iter()
+        .map(|e| e.reason.to_string())
+        .collect();
+    assert_eq!(
+        said,
+        [
+            "member 0 (Standalone) request gpu matches no device; closest gpu: selector 0 fails (the device has no attribute gpu.nvidia.com/productName; it has gpu.nvidia.com/architecture): device.attributes[\"gpu.nvidia.com\"].productName == \"H100\""
+        ],
+        "{:#?}",
+        s.explanations
+    );
 }

@@ -192,6 +192,7 @@ pub fn replica(
                     pods: 1,
                     pool: pool.to_string(),
                     claims: true,
+                    requests: Vec::new(),
                 }],
             })
             .collect(),

@@ -1,6 +1,7 @@
-//! Dynamic Resource Allocation: the NVIDIA DRA driver publishing its
-//! DeviceClasses and one ResourceSlice per GPU node (the devices of the
-//! node's pool, as its InferenceClass describes them), and the scheduler's
+//! Dynamic Resource Allocation: the DRA drivers (NVIDIA's for GPUs, DRANET
+//! for EFA) publishing their DeviceClasses and one ResourceSlice per node
+//! (the devices of the node's pool, as its InferenceClass describes them),
+//! and the scheduler's
 //! allocator, which matches a claim's requests against free devices with the
 //! same CEL evaluation as Modelplane's scheduler (`modelplane-cel`). Pure.
 
@@ -12,8 +13,6 @@ use serde_json::{Value, json};
 
 use super::world::{World, Write, kinds, name, short_hash};
 
-const MANAGER: &str = "gpu.nvidia.com";
-
 /// The devices of one node pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Hardware {
@@ -23,21 +22,59 @@ pub struct Hardware {
     pub fabric: Option<String>,
 }
 
-/// What the NVIDIA DRA driver publishes: its classes, and a slice for each
-/// node whose pool has devices of its driver.
-pub fn driver_step(world: &World<'_>, hardware: &BTreeMap<String, Hardware>) -> Vec<Write> {
+/// A DRA driver the simulated fleet runs: what it publishes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Driver {
+    /// The driver name its devices and slices carry (also the field manager).
+    pub name: &'static str,
+    /// The DeviceClasses it installs: (name, selector).
+    classes: &'static [(&'static str, &'static str)],
+    /// Whether its devices carry the NVIDIA driver's `type` and `uuid`.
+    nvidia: bool,
+}
+
+/// The NVIDIA DRA driver: GPUs (and MIG slices) of `gpu.nvidia.com`.
+pub const NVIDIA: Driver = Driver {
+    name: "gpu.nvidia.com",
+    classes: &[
+        (
+            "gpu.nvidia.com",
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+        ),
+        (
+            "mig.nvidia.com",
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+        ),
+    ],
+    nvidia: true,
+};
+
+/// The EFA DRA driver (DRANET, chart `aws-dranet`): a node's EFA
+/// interfaces as `dra.net` devices of the class `efa.networking.k8s.aws`.
+pub const DRANET: Driver = Driver {
+    name: "dra.net",
+    classes: &[("efa.networking.k8s.aws", "device.driver == 'dra.net'")],
+    nvidia: false,
+};
+
+/// What `driver` publishes: its classes, and a slice for each node whose
+/// pool has devices of its driver.
+pub fn driver_step(
+    world: &World<'_>,
+    driver: Driver,
+    hardware: &BTreeMap<String, Hardware>,
+) -> Vec<Write> {
     let mut out = Vec::new();
-    for (class, kind) in [("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")] {
+    for (class, expression) in driver.classes {
         if world.get(kinds::DEVICE_CLASS, "", class).is_none() {
             out.push(Write::Apply {
                 kind: kinds::DEVICE_CLASS,
                 object: json!({
                     "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                     "metadata": { "name": class },
-                    "spec": { "selectors": [{ "cel": { "expression": format!(
-                        "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '{kind}'") } }] },
+                    "spec": { "selectors": [{ "cel": { "expression": expression } }] },
                 }),
-                manager: MANAGER,
+                manager: driver.name,
             });
         }
     }
@@ -48,38 +85,36 @@ pub fn driver_step(world: &World<'_>, hardware: &BTreeMap<String, Hardware>) -> 
         let Some(hw) = hardware.get(pool) else {
             continue;
         };
-        let slice = slice(node, hw);
-        let Some(slice) = slice else { continue };
+        let Some(slice) = slice(node, driver, hw) else {
+            continue;
+        };
         let current = world.get(kinds::SLICE, "", name(&slice));
         if current.is_none_or(|c| c["spec"] != slice["spec"]) {
             out.push(Write::Apply {
                 kind: kinds::SLICE,
                 object: slice,
-                manager: MANAGER,
+                manager: driver.name,
             });
         }
     }
     out
 }
 
-/// The ResourceSlice of `node`'s `gpu.nvidia.com` devices.
-fn slice(node: &Value, hw: &Hardware) -> Option<Value> {
+/// The ResourceSlice of `node`'s devices of `driver`.
+fn slice(node: &Value, driver: Driver, hw: &Hardware) -> Option<Value> {
     let node_name = name(node);
     let mut devices = Vec::new();
-    for device in hw
-        .devices
-        .iter()
-        .filter(|d| d["driver"] == "gpu.nvidia.com")
-    {
+    for device in hw.devices.iter().filter(|d| d["driver"] == driver.name) {
         let count = device["count"].as_u64().unwrap_or(1);
         for i in 0..count {
             let mut attributes = device["attributes"].clone();
             if !attributes.is_object() {
                 attributes = json!({});
             }
-            attributes["type"] = json!({ "string": "gpu" });
-            attributes["uuid"] =
-                json!({ "string": format!("GPU-{}", short_hash(&format!("{node_name}/{i}"), 12)) });
+            if driver.nvidia {
+                attributes["type"] = json!({ "string": "gpu" });
+                attributes["uuid"] = json!({ "string": format!("GPU-{}", short_hash(&format!("{node_name}/{i}"), 12)) });
+            }
             devices.push(json!({
                 "name": format!("{}-{i}", device["name"].as_str().unwrap_or("gpu")),
                 "attributes": attributes,
@@ -92,9 +127,9 @@ fn slice(node: &Value, hw: &Hardware) -> Option<Value> {
     }
     Some(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-        "metadata": { "name": format!("{node_name}-gpu.nvidia.com-{}", short_hash(node_name, 5)) },
+        "metadata": { "name": format!("{node_name}-{}-{}", driver.name, short_hash(node_name, 5)) },
         "spec": {
-            "driver": "gpu.nvidia.com",
+            "driver": driver.name,
             "nodeName": node_name,
             "pool": { "name": node_name, "generation": 1, "resourceSliceCount": 1 },
             "devices": devices,
@@ -197,10 +232,12 @@ impl Inventory {
         self.by_node.get(node).is_some_and(|d| !d.is_empty())
     }
 
-    /// Free devices on `node`.
-    pub fn free(&self, node: &str) -> usize {
+    /// Free GPUs on `node` (what the schedulers pack by; a node's other
+    /// devices, such as EFA interfaces, follow its GPUs).
+    pub fn free_gpus(&self, node: &str) -> usize {
         self.by_node.get(node).map_or(0, |d| {
             d.iter()
+                .filter(|p| p.driver == NVIDIA.name)
                 .filter(|p| {
                     !self
                         .taken
@@ -350,6 +387,7 @@ mod tests {
             devices: vec![
                 json!({ "name": "gpu", "driver": "gpu.nvidia.com", "deviceClassName": "gpu.nvidia.com", "count": 8,
                 "attributes": { "architecture": { "string": "Hopper" } }, "capacity": { "memory": { "value": "143771Mi" } } }),
+                json!({ "name": "efa", "driver": "dra.net", "deviceClassName": "efa.networking.k8s.aws", "count": 16 }),
             ],
             fabric: Some("EFA".into()),
         }
@@ -367,13 +405,13 @@ mod tests {
         let node = json!({ "metadata": { "name": "h200-node-0", "labels": { "modelplane.ai/pool": "h200" } } });
         let hardware = BTreeMap::from([("h200".to_string(), h200())]);
         let s = snapshot(vec![(kinds::NODE, node.clone())]);
-        let writes = driver_step(
-            &World {
-                snapshot: &s,
-                timestamp: "t",
-            },
-            &hardware,
-        );
+        let world = World {
+            snapshot: &s,
+            timestamp: "t",
+        };
+        let writes = [NVIDIA, DRANET]
+            .into_iter()
+            .flat_map(|driver| driver_step(&world, driver, &hardware));
         let mut objects = vec![(kinds::NODE, node)];
         for w in writes {
             if let Write::Apply { kind, object, .. } = w {
@@ -395,7 +433,10 @@ mod tests {
                 .get(kinds::DEVICE_CLASS, "", "gpu.nvidia.com")
                 .is_some()
         );
-        let slice = world.all(kinds::SLICE).next().expect("a slice");
+        let slice = world
+            .all(kinds::SLICE)
+            .find(|s| s["spec"]["driver"] == "gpu.nvidia.com")
+            .expect("a slice");
         assert_eq!(slice["spec"]["nodeName"], "h200-node-0");
         assert_eq!(slice["spec"]["devices"].as_array().map(Vec::len), Some(8));
         assert_eq!(
@@ -404,7 +445,19 @@ mod tests {
         );
         // Published already: nothing to write again.
         let hardware = BTreeMap::from([("h200".to_string(), h200())]);
-        assert!(driver_step(&world, &hardware).is_empty());
+        assert!(driver_step(&world, NVIDIA, &hardware).is_empty());
+        // DRANET publishes the node's EFA interfaces, in their own class.
+        assert!(
+            world
+                .get(kinds::DEVICE_CLASS, "", "efa.networking.k8s.aws")
+                .is_some()
+        );
+        let efa = world
+            .all(kinds::SLICE)
+            .find(|s| s["spec"]["driver"] == "dra.net")
+            .expect("an EFA slice");
+        assert_eq!(efa["spec"]["devices"].as_array().map(Vec::len), Some(16));
+        assert!(driver_step(&world, DRANET, &hardware).is_empty());
     }
 
     fn claim(count: u64, memory: &str) -> Value {
@@ -421,12 +474,12 @@ mod tests {
             timestamp: "t",
         };
         let mut inventory = Inventory::new(&world);
-        assert_eq!(inventory.free("h200-node-0"), 8);
+        assert_eq!(inventory.free_gpus("h200-node-0"), 8);
         let first = inventory
             .allocate(&claim(8, "120Gi"), "h200-node-0")
             .expect("fits");
         assert_eq!(first.len(), 8);
-        assert_eq!(inventory.free("h200-node-0"), 0);
+        assert_eq!(inventory.free_gpus("h200-node-0"), 0);
         assert_eq!(
             inventory.allocate(&claim(1, "20Gi"), "h200-node-0"),
             Err("cannot allocate all claims".into())
@@ -438,7 +491,7 @@ mod tests {
             "no device has 200Gi"
         );
         assert_eq!(
-            inventory.free("h200-node-0"),
+            inventory.free_gpus("h200-node-0"),
             8,
             "a failed allocation takes nothing"
         );

@@ -18,6 +18,9 @@ pub mod run;
 pub mod scheduler;
 pub mod world;
 
+#[cfg(test)]
+mod packing_tests;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

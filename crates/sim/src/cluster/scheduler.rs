@@ -158,10 +158,13 @@ fn place(
             *reasons.entry(reason).or_default() += 1;
             continue;
         }
-        fits.push((inventory.free(name(node)), name(node).to_string()));
+        fits.push((inventory.free_gpus(name(node)), name(node).to_string()));
     }
-    // The node with the most free devices first: kube-scheduler spreads.
-    fits.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    // The fullest node that fits first (best fit): KAI's default binpack,
+    // and what a bin-packing profile gives kube-scheduler. Real
+    // kube-scheduler 1.34 does not score DRA devices at all; packing is
+    // what the fleet scheduler counts on (docs/sim.md, kube-scheduler).
+    fits.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
     for (_, node) in &fits {
         let mut taken: Taken = Vec::new();
         let mut failure = None;
@@ -553,6 +556,7 @@ mod tests {
                 snapshot: &s,
                 timestamp: "t",
             },
+            crate::cluster::dra::NVIDIA,
             &hardware,
         );
         for w in published {
