@@ -66,6 +66,7 @@ fn first_replica(md: &ModelDeployment, clusters: &[Cluster]) -> ModelReplica {
         clusters: Some(clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     serde_json::from_value(c.desired[0].object.clone()).expect("replica")
 }
@@ -121,6 +122,7 @@ fn bench(c: &mut Criterion) {
                 clusters: Some(&views),
                 replicas: &replicas,
                 ready: &BTreeSet::new(),
+                routed: &BTreeSet::new(),
             });
             for d in &composed.desired {
                 let replica: ModelReplica =

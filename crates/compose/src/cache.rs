@@ -120,16 +120,36 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
         out.hold = true;
     }
     if matched.is_empty() {
-        out.conditions
-            .push(Condition::new("ClustersMatched", false, "NoClusters", ""));
-        out.conditions
-            .push(Condition::new("ArtifactReady", false, "NoClusters", ""));
+        let message = if selected.is_empty() {
+            "no InferenceCluster matches the cache's clusterSelector".to_string()
+        } else {
+            let names: Vec<&str> = selected
+                .iter()
+                .filter_map(|c| c.metadata.name.as_deref())
+                .collect();
+            format!(
+                "{} match but publish no ReadWriteMany storage class yet (not reachable, or their stack offers none)",
+                names.join(", ")
+            )
+        };
+        out.conditions.push(Condition::new(
+            "ClustersMatched",
+            false,
+            "NoClusters",
+            message.clone(),
+        ));
+        out.conditions.push(Condition::new(
+            "ArtifactReady",
+            false,
+            "NoClusters",
+            message,
+        ));
         out.status = Some(json!({ "summary": { "ready": "0/0" }, "clusters": [] }));
         return out;
     }
     let pvc = names::cache_pvc_name(&namespace, &name);
     let secret = names::cache_auth_secret_name(&namespace, &name);
-    let job = names::cache_job_name(&namespace, &name);
+
     let key = hf
         .auth_secret
         .as_ref()
@@ -139,6 +159,7 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
         Token::Found(t) if !t.is_empty() => Some(t),
         _ => None,
     };
+    let job = names::cache_job_name_with_token(&namespace, &name, token);
     let auth_missing =
         matches!(inputs.token, Token::Missing) || matches!(inputs.token, Token::Found(""));
     let cache_label = json!({ labels::MODEL_CACHE: name });
@@ -253,7 +274,21 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
         });
         Condition::new("ArtifactReady", false, "AuthSecretMissing", message)
     } else if phases.iter().any(|(_, p)| *p == CachePhase::Failed) {
-        Condition::new("ArtifactReady", false, "Failed", "")
+        let failed: Vec<&str> = phases
+            .iter()
+            .filter(|(_, p)| *p == CachePhase::Failed)
+            .map(|(c, _)| c.as_str())
+            .collect();
+        let message = format!(
+            "the hydration Job {namespace}/{job} failed on {}: its container kept failing (a refused token, a repository that does not exist, storage full); the log of its pod said which while it retried",
+            failed.join(", ")
+        );
+        out.events.push(Event {
+            type_: EventType::Warning,
+            reason: "HydrationFailed".into(),
+            message: message.clone(),
+        });
+        Condition::new("ArtifactReady", false, "Failed", message)
     } else if ready == n {
         Condition::new("ArtifactReady", true, "Staged", "")
     } else if ready > 0 {

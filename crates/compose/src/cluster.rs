@@ -576,3 +576,57 @@ pub fn compose_inference_class() -> Composition {
         ..Composition::default()
     }
 }
+
+/// `composition` of InferenceCluster `name` with whether its API server
+/// answers (`unreachable` says why not): a `Reachable` condition, and while
+/// it does not answer, not Ready (no new replica is placed there) and a
+/// warning. Nothing composed changes: what runs there stays.
+pub fn with_reachability(
+    mut composition: Composition,
+    name: &str,
+    unreachable: Option<&crate::world::Unreachable>,
+) -> Composition {
+    composition.conditions.push(match unreachable {
+        None => Condition::new("Reachable", true, "APIServerAnswers", ""),
+        Some(u) => {
+            let message = unreachable_message(name, u);
+            composition.events.push(Event {
+                type_: EventType::Warning,
+                reason: "Unreachable".into(),
+                message: message.clone(),
+            });
+            composition.waiting = Some(crate::Waiting::new("Unreachable", message.clone()));
+            Condition::new("Reachable", false, "Unreachable", message)
+        }
+    });
+    composition
+}
+
+/// How a replica on cluster `name` says whether that cluster answers: its
+/// state is as last seen, and nothing on it is changed, while it does not.
+pub fn with_cluster_reachability(
+    mut composition: Composition,
+    name: &str,
+    unreachable: Option<&crate::world::Unreachable>,
+) -> Composition {
+    composition.conditions.push(match unreachable {
+        None => Condition::new("ClusterReachable", true, "APIServerAnswers", ""),
+        Some(u) => Condition::new(
+            "ClusterReachable",
+            false,
+            "ClusterUnreachable",
+            format!(
+                "{}; this replica's state is as last seen, and nothing on the cluster is changed or deleted until it answers",
+                unreachable_message(name, u)
+            ),
+        ),
+    });
+    composition
+}
+
+fn unreachable_message(name: &str, u: &crate::world::Unreachable) -> String {
+    format!(
+        "the API server of cluster {name} does not answer since {}: {}",
+        u.since, u.why
+    )
+}

@@ -47,6 +47,10 @@ pub struct DeploymentInputs<'a> {
     pub replicas: &'a [ExistingReplica],
     /// Names of this deployment's ModelReplicas (in its namespace) that are Ready.
     pub ready: &'a BTreeSet<String>,
+    /// Names of this deployment's ModelEndpoints (in its namespace) that
+    /// exist: a Ready replica serves through the gateway once its
+    /// endpoint does.
+    pub routed: &'a BTreeSet<String>,
 }
 
 fn warning(reason: &str, message: impl Into<String>) -> Event {
@@ -204,25 +208,27 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
             .copied()
             .unwrap_or_default();
         if is_ready && !gateway.is_empty() {
+            let mut endpoint = json!({
+                "apiVersion": "modelplane.ai/v1alpha1",
+                "kind": "ModelEndpoint",
+                "metadata": { "name": name, "namespace": namespace, "labels": replica_labels },
+                "spec": {
+                    "url": format!("http://{gateway}/{namespace}/{name}/v1"),
+                    "rewritePath": format!("/{namespace}/{name}/"),
+                },
+            });
+            owned_by(&mut endpoint, md);
             out.desired.push(Desired {
                 target: Target::ControlPlane,
-                object: json!({
-                    "apiVersion": "modelplane.ai/v1alpha1",
-                    "kind": "ModelEndpoint",
-                    "metadata": { "name": name, "namespace": namespace, "labels": replica_labels },
-                    "spec": {
-                        "url": format!("http://{gateway}/{namespace}/{name}/v1"),
-                        "rewritePath": format!("/{namespace}/{name}/"),
-                    },
-                }),
+                object: endpoint,
                 ready_when: ReadinessRule::Created,
             });
         }
     }
 
     let total = placed.placements.len();
-    let requested = md.spec.replicas;
-    if u32::try_from(total).unwrap_or(u32::MAX) < placed.requested {
+    let desired = placed.requested as usize;
+    let short = (total < desired).then(|| {
         // Why the rest found no place, per cluster and pool: the scheduler
         // explains only when asked, so it is asked again only here.
         let explained = schedule(
@@ -234,26 +240,22 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
                 explain: true,
             },
         );
-        if let Ok(explained) = explained {
-            let reasons: Vec<String> = explained
-                .explanations
-                .iter()
-                .filter(|e| !matches!(e.reason, modelplane_scheduler::Reason::NotNeeded))
-                .map(ToString::to_string)
-                .collect();
-            if !reasons.is_empty() {
-                out.events.push(warning(
-                    "FailedScheduling",
-                    format!(
-                        "{} of {} replicas not placed: {}",
-                        placed.requested as usize - total,
-                        placed.requested,
-                        reasons.join("; ")
-                    ),
-                ));
-            }
+        let explanations = explained.map(|e| e.explanations).unwrap_or_default();
+        let shortfall = match (&cache_ref, fill) {
+            (Some(cache), false) => Shortfall::ModelCache(cache.clone()),
+            _ => Shortfall::of(&explanations),
+        };
+        if let Some(why) = explain_unplaced(&explanations) {
+            out.events.push(warning(
+                "FailedScheduling",
+                format!(
+                    "{} of {desired} replicas not placed: {why}",
+                    desired - total
+                ),
+            ));
         }
-    }
+        shortfall
+    });
     if total > 0 && !observed_any {
         let clusters: BTreeSet<&str> = placed
             .placements
@@ -270,45 +272,201 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
             ),
         });
     }
-    out.status = Some(json!({ "replicas": { "total": total, "ready": ready } }));
-    out.conditions.push(if total == 0 {
-        Condition::new(
+    let serving = placed
+        .placements
+        .iter()
+        .map(|p| {
+            names::replica_name(
+                &deployment.name,
+                &p.cluster,
+                u32::try_from(p.index).unwrap_or(0),
+            )
+        })
+        .filter(|name| inputs.ready.contains(name) && inputs.routed.contains(name))
+        .count();
+    out.status = Some(json!({
+        "replicas": { "desired": desired, "total": total, "ready": ready },
+        "ready": format!("{ready}/{desired}"),
+    }));
+    let scheduled = match &short {
+        Some(shortfall) => Condition::new(
             "ReplicasScheduled",
             false,
-            "InsufficientCapacity",
+            shortfall.reason(),
             format!(
-                "0 of {requested} replicas scheduled (checked {} clusters)",
-                placed.candidates
+                "{total} of {desired} replicas placed (checked {} clusters): {}",
+                placed.candidates,
+                shortfall.message()
             ),
-        )
-    } else if observed_any {
-        Condition::new(
+        ),
+        None if observed_any => Condition::new(
             "ReplicasScheduled",
             true,
             "ReplicasCreated",
-            format!("Scheduled {total} of {requested} replicas"),
-        )
+            format!("Scheduled {total} of {desired} replicas"),
+        ),
+        None => Condition::new("ReplicasScheduled", false, "Scheduling", ""),
+    };
+    let unplaced = desired - total;
+    let count = if unplaced == 0 {
+        format!("{ready} of {desired} ready")
     } else {
-        Condition::new("ReplicasScheduled", false, "Scheduling", "")
-    });
-    out.conditions.push(if total == 0 {
-        Condition::new("ReplicasReady", false, "NoReplicasScheduled", "")
+        format!("{ready} of {desired} ready, {unplaced} not placed")
+    };
+    let replicas_ready = if total == 0 {
+        Condition::new("ReplicasReady", false, "NoReplicasScheduled", count.clone())
+    } else if ready == desired {
+        Condition::new("ReplicasReady", true, "AllReplicasReady", count.clone())
     } else if ready == total {
+        Condition::new("ReplicasReady", false, "ReplicasNotPlaced", count.clone())
+    } else {
+        Condition::new("ReplicasReady", false, "ModelStarting", count.clone())
+    };
+    out.waiting = (ready < desired).then(|| {
+        let reason = match &short {
+            Some(shortfall) if ready == total => shortfall.reason(),
+            _ => replicas_ready.reason.as_str(),
+        };
+        crate::Waiting::new(reason, format!("{count}; Ready needs every replica Ready"))
+    });
+    out.conditions.push(scheduled);
+    out.conditions.push(replicas_ready);
+    out.conditions.push(if serving > 0 {
         Condition::new(
-            "ReplicasReady",
+            "Available",
             true,
-            "AllReplicasReady",
-            format!("{ready} of {total} ready"),
+            "MinimumReplicasAvailable",
+            format!("{serving} of {desired} replicas serve through the gateway"),
         )
     } else {
         Condition::new(
-            "ReplicasReady",
+            "Available",
             false,
-            "ModelStarting",
-            format!("{ready} of {total} ready"),
+            "MinimumReplicasUnavailable",
+            "No replica serves yet",
         )
     });
     out
+}
+
+/// Why a deployment has fewer replicas placed than it asks for, from the
+/// scheduler's explanations of every cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Shortfall {
+    /// Devices match on some pool, but it has no room.
+    InsufficientCapacity,
+    /// Clusters that may fit are still coming up (not Ready, no gateway
+    /// or pools yet).
+    WaitingForClusters(Vec<String>),
+    /// Clusters that fit carry taints the deployment does not tolerate.
+    UntoleratedTaints,
+    /// No device of any candidate pool matches the requests.
+    NoMatchingDevices,
+    /// New replicas wait for the ModelCache the deployment references.
+    ModelCache(String),
+}
+
+impl Shortfall {
+    fn of(explanations: &[modelplane_scheduler::Explanation]) -> Shortfall {
+        use modelplane_scheduler::Reason;
+        let any = |f: fn(&Reason) -> bool| explanations.iter().any(|e| f(&e.reason));
+        if any(|r| matches!(r, Reason::InsufficientDevices { .. })) {
+            return Shortfall::InsufficientCapacity;
+        }
+        // A cluster coming up counts unless none of its pools matches.
+        let mut waiting: Vec<String> = explanations
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e.reason,
+                    Reason::NotReady | Reason::NoGateway | Reason::NoPools
+                )
+            })
+            .map(|e| e.cluster.clone())
+            .filter(|cluster| {
+                let pools: Vec<_> = explanations
+                    .iter()
+                    .filter(|e| e.cluster == *cluster && e.pool.is_some())
+                    .collect();
+                pools.is_empty() || pools.iter().any(|e| !mismatch(&e.reason))
+            })
+            .collect();
+        waiting.dedup();
+        if !waiting.is_empty() {
+            return Shortfall::WaitingForClusters(waiting);
+        }
+        if any(|r| matches!(r, Reason::Taint { .. })) {
+            return Shortfall::UntoleratedTaints;
+        }
+        Shortfall::NoMatchingDevices
+    }
+
+    fn reason(&self) -> &'static str {
+        match self {
+            Shortfall::InsufficientCapacity => "InsufficientCapacity",
+            Shortfall::WaitingForClusters(_) => "WaitingForClusters",
+            Shortfall::UntoleratedTaints => "UntoleratedTaints",
+            Shortfall::NoMatchingDevices => "NoMatchingDevices",
+            Shortfall::ModelCache(_) => "WaitingForModelCache",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Shortfall::InsufficientCapacity => "every pool whose devices match is full".to_string(),
+            Shortfall::WaitingForClusters(clusters) => {
+                format!("waiting for {} to come up", clusters.join(", "))
+            }
+            Shortfall::UntoleratedTaints => {
+                "the clusters that fit carry taints it does not tolerate".to_string()
+            }
+            Shortfall::NoMatchingDevices => {
+                "no device of any pool matches its requests".to_string()
+            }
+            Shortfall::ModelCache(cache) => {
+                format!("new replicas wait for ModelCache {cache}")
+            }
+        }
+    }
+}
+
+/// Whether `reason` says a pool's devices do not fit the engine at all.
+fn mismatch(reason: &modelplane_scheduler::Reason) -> bool {
+    use modelplane_scheduler::Reason;
+    matches!(
+        reason,
+        Reason::DeviceUnmatched { .. } | Reason::NoClaimableDevice | Reason::ClaimStranded { .. }
+    )
+}
+
+/// The explanations of what kept replicas off each cluster, one sentence
+/// per reason with every place it applies: `reason (at a, b/p)`.
+fn explain_unplaced(explanations: &[modelplane_scheduler::Explanation]) -> Option<String> {
+    let mut by_reason: Vec<(String, Vec<String>)> = Vec::new();
+    for e in explanations
+        .iter()
+        .filter(|e| !matches!(e.reason, modelplane_scheduler::Reason::NotNeeded))
+    {
+        let mut place = e.cluster.clone();
+        if let Some(pool) = &e.pool {
+            place = format!("{place}/{pool}");
+        }
+        if let Some(engine) = &e.engine {
+            place = format!("{place} ({engine})");
+        }
+        let reason = e.reason.to_string();
+        match by_reason.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, places)) => places.push(place),
+            None => by_reason.push((reason, vec![place])),
+        }
+    }
+    (!by_reason.is_empty()).then(|| {
+        by_reason
+            .into_iter()
+            .map(|(reason, places)| format!("{}: {reason}", places.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
 }
 
 /// No cluster to place on, or the list could not be read: keep everything.
@@ -342,6 +500,12 @@ fn replica_labels(md: &ModelDeployment, cluster: &str, index: i64) -> Map<String
         json!(md.metadata.name.clone().unwrap_or_default()),
     );
     labels_map.insert(labels::CLUSTER.into(), json!(cluster));
+    // The original's composed resources carry their composite's name, and
+    // users' selectors were written against it.
+    labels_map.insert(
+        labels::COMPOSITE.into(),
+        json!(md.metadata.name.clone().unwrap_or_default()),
+    );
     labels_map.insert(labels::REPLICA_INDEX.into(), json!(index.to_string()));
     labels_map
 }
@@ -390,7 +554,7 @@ fn model_replica(
         })
         .collect();
     replica_spec.insert("engines".into(), json!(engines));
-    json!({
+    let mut replica = json!({
         "apiVersion": "modelplane.ai/v1alpha1",
         "kind": "ModelReplica",
         "metadata": {
@@ -399,7 +563,25 @@ fn model_replica(
             "labels": labels,
         },
         "spec": replica_spec,
-    })
+    });
+    owned_by(&mut replica, md);
+    replica
+}
+
+/// `object` owned by `md` (its controller), as tools that draw ownership
+/// trees (Argo CD, `kubectl tree`) and the garbage collector read it; not
+/// before `md` has a uid (a manifest rendered from files).
+fn owned_by(object: &mut Value, md: &ModelDeployment) {
+    if let (Some(name), Some(uid)) = (&md.metadata.name, &md.metadata.uid) {
+        object["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "modelplane.ai/v1alpha1",
+            "kind": "ModelDeployment",
+            "name": name,
+            "uid": uid,
+            "controller": true,
+            "blockOwnerDeletion": true,
+        }]);
+    }
 }
 
 fn replica_member(member: &DeploymentMember, at: &modelplane_scheduler::MemberPlacement) -> Value {

@@ -18,6 +18,7 @@ pub mod deployment;
 pub mod endpoint;
 pub mod gateway;
 pub mod kinds;
+pub mod observed;
 pub mod providers;
 pub mod recipes;
 pub mod replica;
@@ -173,4 +174,27 @@ pub struct Composition {
     pub events: Vec<Event>,
     /// The desired state could not be computed: keep every existing child.
     pub hold: bool,
+    /// Why the subject is not Ready though every object composed may be
+    /// (a deployment short of Ready replicas): its `Ready` stays False with
+    /// this reason. `None`: Ready follows the composed objects alone.
+    pub waiting: Option<Waiting>,
+}
+
+/// What a subject's `Ready` waits for beyond its composed objects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Waiting {
+    /// The `Ready` condition's reason, in CamelCase.
+    pub reason: String,
+    /// Its message.
+    pub message: String,
+}
+
+impl Waiting {
+    /// Waiting for `reason`, said in `message`.
+    pub fn new(reason: &str, message: impl Into<String>) -> Waiting {
+        Waiting {
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
 }

@@ -187,6 +187,27 @@ pub struct World {
     /// The cloud providers' configs a platform team created (the project
     /// and credentials a cloud cluster's composition reads).
     pub provider_configs: BTreeMap<ObjectRef, Arc<Value>>,
+    /// Whether each connected workload cluster's API server answers, by
+    /// InferenceCluster name: `None` when it does, else why not and since
+    /// when. A cluster not connected yet has no entry (nothing known).
+    pub reachability: BTreeMap<Key, Option<Unreachable>>,
+    /// The serving pods and GPU nodes of each workload cluster, by
+    /// InferenceCluster name.
+    pub workloads: BTreeMap<Key, crate::observed::ClusterState>,
+    /// The Secrets gated ModelCaches name for their token, by
+    /// `namespace/name`, as last read: each key's value base64-encoded, as
+    /// stored; `None` when the Secret does not exist. Read when a cache is
+    /// reconciled, never listed, never logged.
+    pub cache_tokens: BTreeMap<Key, Option<BTreeMap<String, String>>>,
+}
+
+/// A workload cluster whose API server does not answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreachable {
+    /// The client's error.
+    pub why: String,
+    /// When it was first found not answering (RFC 3339).
+    pub since: String,
 }
 
 impl ReadinessRule {
@@ -239,6 +260,9 @@ fn typed_condition_true(conditions: Option<&Vec<modelplane_api::types::Condition
 /// Whether `composition` is ready when `unready` (as [`World::unready`]
 /// lists them) are not.
 fn ready_with(composition: &Composition, unready: &[String]) -> bool {
+    if composition.waiting.is_some() {
+        return false;
+    }
     if composition.desired.is_empty() {
         return !composition.hold
             && !composition.conditions.is_empty()
@@ -406,13 +430,19 @@ impl World {
             .count();
         let cloud_cluster = self.cloud_cluster(cluster);
         let serving_stack = self.serving_stack(key);
-        Some(compose_inference_cluster(ClusterInputs {
+        let composition = compose_inference_cluster(ClusterInputs {
             cluster,
             classes: &classes,
             hosted_replicas,
             cloud_cluster: cloud_cluster.as_ref(),
             serving_stack: serving_stack.as_ref(),
-        }))
+        });
+        Some(match self.reachability.get(key) {
+            Some(reachable) => {
+                crate::cluster::with_reachability(composition, key, reachable.as_ref())
+            }
+            None => composition,
+        })
     }
 
     fn compose_stack(&self, key: &str) -> Option<Composition> {
@@ -521,10 +551,10 @@ impl World {
         crate::clouds::compose_cloud(xr, observations(true, file_system_id)).ok()
     }
 
-    /// A ModelCache's volume and hydration Job on every cluster it
-    /// selects, each cluster's staging read back from what was observed
-    /// there. A gated repository's token is not read by the controllers
-    /// yet: such a cache holds.
+    /// A ModelCache's volume and hydration Job (and, for a gated
+    /// repository, the Secret with its token) on every cluster it selects,
+    /// each cluster's staging read back from what was observed there. A
+    /// token not read yet holds.
     fn compose_cache(&self, key: &str) -> Option<Composition> {
         let cache = self.caches.get(key)?;
         let clusters: Vec<InferenceCluster> =
@@ -532,7 +562,30 @@ impl World {
         let namespace = cache.metadata.namespace.as_deref().unwrap_or_default();
         let name = cache.metadata.name.as_deref().unwrap_or_default();
         let pvc = names::cache_pvc_name(namespace, name);
-        let job = names::cache_job_name(namespace, name);
+        let auth = cache
+            .spec
+            .hugging_face
+            .as_ref()
+            .and_then(|hf| hf.auth_secret.as_ref());
+        let token = match auth {
+            None => crate::Token::NotNeeded,
+            Some(auth) => match self
+                .cache_tokens
+                .get(&self::key(Some(namespace), &auth.name))
+            {
+                None => crate::Token::Unresolved,
+                Some(None) => crate::Token::Missing,
+                Some(Some(data)) => match data.get(auth.key.as_deref().unwrap_or("HF_TOKEN")) {
+                    Some(value) => crate::Token::Found(value),
+                    None => crate::Token::Missing,
+                },
+            },
+        };
+        let token_value = match token {
+            crate::Token::Found(value) if !value.is_empty() => Some(value),
+            _ => None,
+        };
+        let job = names::cache_job_name_with_token(namespace, name, token_value);
         let observed: BTreeMap<String, crate::Staging> = self
             .clusters
             .keys()
@@ -559,19 +612,10 @@ impl World {
             .flatten()
             .filter_map(|c| Some((c.name, c.phase?)))
             .collect();
-        let gated = cache
-            .spec
-            .hugging_face
-            .as_ref()
-            .is_some_and(|hf| hf.auth_secret.is_some());
         Some(crate::compose_model_cache(crate::CacheInputs {
             cache,
             clusters: self.synced.then_some(clusters.as_slice()),
-            token: if gated {
-                crate::Token::Unresolved
-            } else {
-                crate::Token::NotNeeded
-            },
+            token,
             observed: &observed,
             previous: &previous,
             was_ready: typed_condition_true(status.conditions.as_ref()),
@@ -739,12 +783,26 @@ impl World {
             })
             .filter_map(|r| r.metadata.name.clone())
             .collect();
+        let routed: BTreeSet<String> = self
+            .endpoints
+            .values()
+            .filter(|e| {
+                e.metadata.namespace.as_deref() == namespace
+                    && e.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(labels::DEPLOYMENT))
+                        .is_some_and(|d| d == name)
+            })
+            .filter_map(|e| e.metadata.name.clone())
+            .collect();
         Some(compose_model_deployment(DeploymentInputs {
             deployment,
             cache,
             clusters: self.synced.then_some(clusters.as_slice()),
             replicas: &replicas,
             ready: &ready,
+            routed: &routed,
         }))
     }
 
@@ -770,14 +828,59 @@ impl World {
                     .map(|o| (d.name().to_string(), d.ready_when.is_met(o)))
             })
             .collect();
-        if observed.is_empty() {
-            return Some(first);
-        }
-        Some(compose_model_replica(ReplicaInputs {
-            replica,
-            cluster,
-            observed: &observed,
-        }))
+        let composition = if observed.is_empty() {
+            first
+        } else {
+            compose_model_replica(ReplicaInputs {
+                replica,
+                cluster,
+                observed: &observed,
+            })
+        };
+        let composition = self.with_pod_truth(replica, composition);
+        let name = &replica.spec.cluster_name;
+        Some(match self.reachability.get(name) {
+            Some(reachable) => {
+                crate::cluster::with_cluster_reachability(composition, name, reachable.as_ref())
+            }
+            None => composition,
+        })
+    }
+}
+
+impl World {
+    /// `composition` of `replica`, its `ModelReady` saying why it is not
+    /// (a node not Ready, a pod the scheduler cannot place, a container
+    /// that cannot start) from what its serving pods show, with an event
+    /// for each new occurrence.
+    fn with_pod_truth(&self, replica: &ModelReplica, mut composition: Composition) -> Composition {
+        let Some(state) = self.workloads.get(&replica.spec.cluster_name) else {
+            return composition;
+        };
+        let Some(model_ready) = composition
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == "ModelReady" && c.status != "True")
+        else {
+            return composition;
+        };
+        let namespace = replica.metadata.namespace.as_deref().unwrap_or_default();
+        let name = replica.metadata.name.as_deref().unwrap_or_default();
+        let Some((reason, message)) =
+            crate::observed::why_not_ready(state.pods_of(namespace, name), |node| {
+                state.nodes.get(node)
+            })
+        else {
+            return composition;
+        };
+        model_ready.reason = reason.to_string();
+        model_ready.message = message.clone();
+        composition.events.push(crate::Event {
+            type_: crate::EventType::Warning,
+            reason: reason.to_string(),
+            message,
+        });
+        composition
     }
 }
 

@@ -383,7 +383,7 @@ proptest! {
         let none: Vec<ExistingReplica> = Vec::new();
         // First pass: place; then the placed replicas exist.
         let first = compose_model_deployment(DeploymentInputs {
-            deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &none, ready: &ready,
+            deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &none, ready: &ready, routed: &BTreeSet::new(),
         });
         let existing: Vec<ExistingReplica> = first
             .desired
@@ -392,7 +392,7 @@ proptest! {
             .map(|d| ExistingReplica::from_resource(&serde_json::from_value(d.object.clone()).expect("typed")))
             .collect();
         let inputs = DeploymentInputs {
-            deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &existing, ready: &ready,
+            deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &existing, ready: &ready, routed: &BTreeSet::new(),
         };
         let before = compose_model_deployment(inputs);
         let mut damaged = clusters.clone();

@@ -56,6 +56,7 @@ fn a_first_pass_schedules_and_reports_scheduling() {
         clusters: Some(&clusters),
         replicas: &[],
         ready: &ready,
+        routed: &BTreeSet::new(),
     });
     assert!(!c.hold);
     assert_eq!(
@@ -76,7 +77,8 @@ fn a_first_pass_schedules_and_reports_scheduling() {
         conditions(&c),
         [
             "ReplicasScheduled=False/Scheduling",
-            "ReplicasReady=False/ModelStarting 0 of 2 ready"
+            "ReplicasReady=False/ModelStarting 0 of 2 ready",
+            "Available=False/MinimumReplicasUnavailable No replica serves yet",
         ]
     );
     assert_eq!(
@@ -85,7 +87,10 @@ fn a_first_pass_schedules_and_reports_scheduling() {
     );
     assert_eq!(
         c.status,
-        Some(serde_json::json!({ "replicas": { "total": 2, "ready": 0 } }))
+        Some(serde_json::json!({
+            "replicas": { "desired": 2, "total": 2, "ready": 0 },
+            "ready": "0/2",
+        }))
     );
     let labels = &c.desired[0].object["metadata"]["labels"];
     assert_eq!(labels["team"], "search");
@@ -103,6 +108,7 @@ fn ready_replicas_get_endpoints_and_the_deployment_reports_them() {
         clusters: Some(&clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     let existing: Vec<ExistingReplica> = first
         .desired
@@ -120,15 +126,18 @@ fn ready_replicas_get_endpoints_and_the_deployment_reports_them() {
         clusters: Some(&clusters),
         replicas: &existing,
         ready: &one_ready,
+        routed: &BTreeSet::new(),
     });
     assert!(c.events.is_empty(), "{:?}", c.events);
     assert_eq!(
         conditions(&c),
         [
             "ReplicasScheduled=True/ReplicasCreated Scheduled 2 of 2 replicas",
-            "ReplicasReady=False/ModelStarting 1 of 2 ready"
+            "ReplicasReady=False/ModelStarting 1 of 2 ready",
+            "Available=False/MinimumReplicasUnavailable No replica serves yet",
         ]
     );
+    assert!(c.waiting.is_some(), "not Ready while a replica is not");
     let endpoints: Vec<_> = c
         .desired
         .iter()
@@ -157,6 +166,7 @@ fn an_unreadable_or_empty_cluster_list_holds() {
             clusters,
             replicas: &[],
             ready: &ready,
+            routed: &BTreeSet::new(),
         });
         assert!(c.hold);
         assert!(c.desired.is_empty());
@@ -183,6 +193,7 @@ fn a_selector_that_does_not_compile_holds() {
         clusters: Some(&clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     assert!(c.hold);
     assert_eq!(c.conditions[0].reason, "InvalidNodeSelector");
@@ -210,13 +221,15 @@ fn a_missing_cache_holds_new_placements_but_keeps_existing_ones() {
         clusters: Some(&clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     assert_eq!(
         conditions(&c),
         [
             "ModelCacheResolved=False/ModelCacheNotFound ModelCache weights not found; holding replica placement",
-            "ReplicasScheduled=False/InsufficientCapacity 0 of 2 replicas scheduled (checked 1 clusters)",
-            "ReplicasReady=False/NoReplicasScheduled",
+            "ReplicasScheduled=False/WaitingForModelCache 0 of 2 replicas placed (checked 1 clusters): new replicas wait for ModelCache weights",
+            "ReplicasReady=False/NoReplicasScheduled 0 of 2 ready, 2 not placed",
+            "Available=False/MinimumReplicasUnavailable No replica serves yet",
         ]
     );
     assert_eq!(c.events[0].reason, "ModelCacheNotFound");
@@ -226,6 +239,7 @@ fn a_missing_cache_holds_new_placements_but_keeps_existing_ones() {
         clusters: Some(&clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     assert_eq!(
         conditions(&c)[0],
@@ -242,6 +256,7 @@ fn replica(stack: Stack) -> (ModelReplica, modelplane_api::types::InferenceClust
         clusters: Some(&clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     (
         serde_json::from_value(c.desired[0].object.clone()).expect("replica"),
@@ -339,6 +354,7 @@ fn a_decode_port_that_is_not_a_number_is_a_condition_not_a_crash() {
         clusters: Some(&clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     let r: ModelReplica = serde_json::from_value(c.desired[0].object.clone()).expect("replica");
     let c = compose_model_replica(ReplicaInputs {
@@ -372,6 +388,7 @@ fn a_replica_without_a_place_says_why_per_cluster_and_pool() {
         clusters: Some(&clusters),
         replicas: &[],
         ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
     });
     let failed = c
         .events
@@ -388,5 +405,107 @@ fn a_replica_without_a_place_says_why_per_cluster_and_pool() {
             && failed.message.contains("tpu.google.com"),
         "the closest device and the failing selector: {}",
         failed.message
+    );
+}
+
+/// A one-cluster fleet whose pool has `nodes` nodes of 8 GPUs.
+fn views_with_nodes(nodes: i64) -> Vec<Cluster> {
+    let mut ic = cluster(Stack::Standard, &BTreeMap::new());
+    if let Some(pools) = ic.status.as_mut().and_then(|s| s.gpu_pools.as_mut()) {
+        pools[0].nodes = Some(nodes as i32);
+    }
+    let mut interner = DeviceInterner::default();
+    vec![Cluster::from_resource(&ic, &mut interner)]
+}
+
+#[test]
+fn a_deployment_placed_short_is_not_ready_and_says_how_short() {
+    let md = deployments(
+        &MD.replace("replicas: 2", "replicas: 3")
+            .replace("{ name: gpu, selectors", "{ name: gpu, count: 8, selectors"),
+    )
+    .0
+    .remove(0);
+    let clusters = views_with_nodes(1);
+    let compose = |replicas: &[ExistingReplica], ready: &BTreeSet<String>, routed| {
+        compose_model_deployment(DeploymentInputs {
+            deployment: &md,
+            cache: CacheLookup::NotReferenced,
+            clusters: Some(&clusters),
+            replicas,
+            ready,
+            routed,
+        })
+    };
+    let none = BTreeSet::new();
+    let first = compose(&[], &none, &none);
+    let existing: Vec<ExistingReplica> = first
+        .desired
+        .iter()
+        .map(|d| {
+            ExistingReplica::from_resource(
+                &serde_json::from_value::<ModelReplica>(d.object.clone()).expect("replica"),
+            )
+        })
+        .collect();
+    assert_eq!(existing.len(), 1, "one 8-GPU node takes one replica");
+    let ready: BTreeSet<String> = [existing[0].name.clone()].into();
+    // Its one replica Ready, its endpoint not there yet: not Available.
+    let c = compose(&existing, &ready, &none);
+    assert_eq!(
+        conditions(&c),
+        [
+            "ReplicasScheduled=False/InsufficientCapacity 1 of 3 replicas placed (checked 1 clusters): every pool whose devices match is full",
+            "ReplicasReady=False/ReplicasNotPlaced 1 of 3 ready, 2 not placed",
+            "Available=False/MinimumReplicasUnavailable No replica serves yet",
+        ]
+    );
+    assert_eq!(
+        c.waiting.as_ref().map(|w| w.reason.as_str()),
+        Some("InsufficientCapacity"),
+        "never Ready while short"
+    );
+    assert_eq!(c.status.as_ref().expect("status")["ready"], "1/3");
+    let event = c
+        .events
+        .iter()
+        .find(|e| e.reason == "FailedScheduling")
+        .expect("FailedScheduling");
+    assert!(
+        event
+            .message
+            .starts_with("2 of 3 replicas not placed: standard/h200"),
+        "the full cluster that took one explains the rest: {}",
+        event.message
+    );
+    // Its endpoint exists: it serves, though the deployment is short.
+    let c = compose(&existing, &ready, &ready);
+    assert_eq!(
+        conditions(&c)[2],
+        "Available=True/MinimumReplicasAvailable 1 of 3 replicas serve through the gateway"
+    );
+    assert!(c.waiting.is_some());
+}
+
+#[test]
+fn a_deployment_waiting_for_its_clusters_says_so() {
+    let md = deployments(MD).0.remove(0);
+    let mut ic = cluster(Stack::Standard, &BTreeMap::new());
+    if let Some(status) = ic.status.as_mut() {
+        status.conditions = None;
+    }
+    let mut interner = DeviceInterner::default();
+    let clusters = vec![Cluster::from_resource(&ic, &mut interner)];
+    let c = compose_model_deployment(DeploymentInputs {
+        deployment: &md,
+        cache: CacheLookup::NotReferenced,
+        clusters: Some(&clusters),
+        replicas: &[],
+        ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
+    });
+    assert_eq!(
+        conditions(&c)[0],
+        "ReplicasScheduled=False/WaitingForClusters 0 of 2 replicas placed (checked 1 clusters): waiting for standard to come up"
     );
 }

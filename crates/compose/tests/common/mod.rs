@@ -129,6 +129,7 @@ pub fn compose_on(md: &ModelDeployment, caches: &[ModelCache], stack: Stack) -> 
         clusters: Some(&views),
         replicas: &no_replicas,
         ready: &ready,
+        routed: &BTreeSet::new(),
     });
     assert!(!composition.hold, "held: {:?}", composition.conditions);
     let mut all = Vec::new();
