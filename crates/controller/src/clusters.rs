@@ -100,6 +100,9 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
         .ok()
         .and_then(|i| i.world.clusters.get(name).cloned());
     let Some(cluster) = cluster else {
+        if let Ok(mut index) = shared.index.write() {
+            index.world.reachability.remove(name);
+        }
         if shared.clusters.remove(name) {
             shared.forget_watches(&Target::Cluster(name.to_string()));
             tracing::info!(cluster = name, "disconnected: the InferenceCluster is gone");
@@ -180,6 +183,8 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
             );
         }
         index.drop_target(&target);
+        // A new connection answers until its watches find otherwise.
+        index.world.reachability.insert(name.to_string(), None);
     }
     shared
         .metrics

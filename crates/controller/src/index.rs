@@ -407,7 +407,30 @@ impl Index {
         let mut subjects = self.concerned(kind, object, &key);
         // The object itself is gone: nothing to compose for it.
         subjects.retain(|s| Some(s) != kind.subject(key.clone()).as_ref());
+        if kind == Kind::Replica {
+            // What it held is free: a deployment short of replicas may
+            // place now, not at the next resync.
+            subjects.extend(self.short_deployments());
+        }
         subjects
+    }
+
+    /// The deployments whose last status says fewer replicas are placed
+    /// than asked for (or that have published none yet).
+    pub fn short_deployments(&self) -> Vec<Subject> {
+        self.world
+            .deployments
+            .iter()
+            .filter(|(_, d)| {
+                let placed = d
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.replicas.as_ref())
+                    .and_then(|r| r.total);
+                placed.is_none_or(|placed| placed < d.spec.replicas)
+            })
+            .map(|(k, _)| Subject::Deployment(k.clone()))
+            .collect()
     }
 
     fn remove(&mut self, kind: Kind, key: &str) {
@@ -754,8 +777,87 @@ impl Index {
             .collect()
     }
 
+    /// Records a serving pod or GPU node of a workload cluster; returns the
+    /// replicas whose status it tells.
+    pub fn apply_workload(
+        &mut self,
+        target: &Target,
+        what: crate::watch::Observe,
+        object: &Value,
+    ) -> Vec<Subject> {
+        let Target::Cluster(cluster) = target else {
+            return Vec::new();
+        };
+        let state = self.world.workloads.entry(cluster.clone()).or_default();
+        let replicas = match what {
+            crate::watch::Observe::Pods => state.apply_pod(object).into_iter().collect(),
+            crate::watch::Observe::Nodes => state.apply_node(object),
+        };
+        self.known_replicas(replicas)
+    }
+
+    /// Forgets a serving pod or GPU node; returns the replicas it concerned.
+    pub fn delete_workload(
+        &mut self,
+        target: &Target,
+        what: crate::watch::Observe,
+        object: &Value,
+    ) -> Vec<Subject> {
+        let Target::Cluster(cluster) = target else {
+            return Vec::new();
+        };
+        let Some(state) = self.world.workloads.get_mut(cluster) else {
+            return Vec::new();
+        };
+        let replicas = match what {
+            crate::watch::Observe::Pods => state.delete_pod(object).into_iter().collect(),
+            crate::watch::Observe::Nodes => state.delete_node(object),
+        };
+        self.known_replicas(replicas)
+    }
+
+    /// Replaces a workload cluster's serving pods or GPU nodes with a list.
+    pub fn reset_workloads(
+        &mut self,
+        target: &Target,
+        what: crate::watch::Observe,
+        objects: &[Value],
+    ) -> Vec<Subject> {
+        let Target::Cluster(cluster) = target else {
+            return Vec::new();
+        };
+        let state = self.world.workloads.entry(cluster.clone()).or_default();
+        match what {
+            crate::watch::Observe::Pods => state.pods.clear(),
+            crate::watch::Observe::Nodes => state.nodes.clear(),
+        }
+        for object in objects {
+            match what {
+                crate::watch::Observe::Pods => drop(state.apply_pod(object)),
+                crate::watch::Observe::Nodes => drop(state.apply_node(object)),
+            }
+        }
+        // What each replica of the cluster says may have changed.
+        self.world
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.spec.cluster_name == *cluster)
+            .map(|(k, _)| Subject::Replica(k.clone()))
+            .collect()
+    }
+
+    fn known_replicas(&self, keys: Vec<String>) -> Vec<Subject> {
+        keys.into_iter()
+            .filter(|k| self.world.replicas.contains_key(k))
+            .map(Subject::Replica)
+            .collect()
+    }
+
     /// Forgets everything observed on `target` (its connection is gone).
     pub fn drop_target(&mut self, target: &Target) {
+        if let Target::Cluster(cluster) = target {
+            self.world.workloads.remove(cluster);
+        }
         if let Some(applied) = self.world.applied.remove(target) {
             for (reference, object) in applied {
                 if let Some(owner) = owner_uid(&object)
@@ -972,6 +1074,30 @@ mod tests {
             condition("BackendReady", "True")
         ]));
         assert!(plans_deployment(index.apply(Kind::Cluster, &ready)));
+    }
+
+    #[test]
+    fn a_replica_deleted_plans_every_deployment_short_of_replicas_at_once() {
+        let mut index = Index::default();
+        let deployment = |name: &str, replicas: i64, placed: i64| {
+            json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelDeployment",
+                "metadata": { "name": name, "namespace": "t", "uid": format!("{name}-1") },
+                "spec": { "replicas": replicas, "template": { "spec": { "engines": [] } } },
+                "status": { "replicas": { "desired": replicas, "total": placed, "ready": placed } } })
+        };
+        index.apply(Kind::Deployment, &deployment("short", 3, 1));
+        index.apply(Kind::Deployment, &deployment("whole", 2, 2));
+        let replica = json!({ "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelReplica",
+            "metadata": { "name": "gone-edge-0", "namespace": "t", "uid": "r-1",
+                "labels": { labels::DEPLOYMENT: "gone" } },
+            "spec": { "clusterName": "edge", "engines": [] } });
+        index.apply(Kind::Replica, &replica);
+        let planned = index.delete(Kind::Replica, &replica);
+        assert!(planned.contains(&Subject::Deployment("t/short".into())));
+        assert!(
+            !planned.contains(&Subject::Deployment("t/whole".into())),
+            "a deployment placed whole has nothing to place"
+        );
     }
 
     #[test]

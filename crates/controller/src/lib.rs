@@ -134,6 +134,8 @@ pub struct Shared {
     /// are in the index: deployments placed side by side would each see
     /// the same free GPUs and book them twice.
     pub placing: tokio::sync::Mutex<()>,
+    /// Since when subjects have been failing.
+    pub failing: reconcile::Failing,
 }
 
 /// Cloud provider configs a cloud cluster's composition reads: the GCP
@@ -167,6 +169,7 @@ impl Shared {
             watch_errors: Mutex::default(),
             drain,
             placing: tokio::sync::Mutex::default(),
+            failing: reconcile::Failing::default(),
         })
     }
 
@@ -215,8 +218,25 @@ impl Shared {
         if let Some(connection) = self.connection(target) {
             self.supervisor.spawn(
                 "crd watch",
-                watch::run(self.clone(), connection, Watched::Crds(target.clone())),
+                watch::run(
+                    self.clone(),
+                    connection.clone(),
+                    Watched::Crds(target.clone()),
+                ),
             );
+            if let Target::Cluster(_) = target {
+                // What replicas' status tells of their pods and nodes.
+                for what in [watch::Observe::Pods, watch::Observe::Nodes] {
+                    self.supervisor.spawn(
+                        "workload watch",
+                        watch::run(
+                            self.clone(),
+                            connection.clone(),
+                            Watched::Workloads(target.clone(), what),
+                        ),
+                    );
+                }
+            }
         }
     }
 }

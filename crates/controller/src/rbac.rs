@@ -75,6 +75,9 @@ pub fn rules(target: &Target) -> Vec<Rule> {
                     Rule::new(group, vec![resource.to_string()], verbs)
                 }),
         );
+        // What replicas' status reads: their serving pods (granted above)
+        // and the GPU nodes those run on.
+        rules.push(Rule::new("", vec!["nodes".into()], READ));
     }
     if *target == Target::ControlPlane {
         rules.extend(by_group(crate::PROVIDER_CONFIGS, READ));

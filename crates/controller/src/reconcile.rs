@@ -50,13 +50,20 @@ pub async fn work(shared: Arc<Shared>) {
         let started = std::time::Instant::now();
         let (kind, reasons): (&str, Vec<&'static str>) = match &work {
             Work::Reconcile(subject) => match reconcile(&shared, subject).await {
-                Ok(()) => (subject.type_meta().1, Vec::new()),
+                Ok(()) => {
+                    shared.failing.forget(subject);
+                    (subject.type_meta().1, Vec::new())
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "reconcile failed; retrying");
-                    let reasons = match e {
-                        ReconcileError::Writes { reasons, .. } => reasons,
+                    let reasons = match &e {
+                        ReconcileError::Writes { reasons, .. } => reasons.clone(),
                         ReconcileError::Connect(_) => vec!["not_connected"],
                     };
+                    if shared.failing.is_news(subject, &reasons) {
+                        tracing::warn!(error = %e, "reconcile failed; retrying");
+                    } else {
+                        tracing::debug!(error = %e, "not yet; retrying");
+                    }
                     (subject.type_meta().1, reasons)
                 }
             },
@@ -298,6 +305,16 @@ impl Failures {
         self.add(error.to_string(), error.metric_label());
     }
 
+    /// A failure writing through `connection`: one whose API server has
+    /// not answered yet is not connected yet, rather than unreachable.
+    fn target_on(&mut self, error: &TargetError, connection: &crate::target::Connection) {
+        let label = match error.metric_label() {
+            "unreachable" if connection.coming_up() => "not_connected",
+            label => label,
+        };
+        self.add(error.to_string(), label);
+    }
+
     fn is_empty(&self) -> bool {
         self.messages.is_empty()
     }
@@ -343,8 +360,58 @@ struct Write<'a> {
     shared_object: bool,
 }
 
+/// Reads the token Secret a gated ModelCache names into the index, so its
+/// composition can deliver it to each cluster's hydration Job. Read anew at
+/// every reconcile of the cache (a token replaced after a refusal is used
+/// at once); a Secret that cannot be read keeps what was read before.
+async fn read_cache_token(shared: &Shared, cache: &str) -> bool {
+    let named = shared.index.read().ok().and_then(|index| {
+        let cache = index.world.caches.get(cache)?;
+        let auth = cache.spec.hugging_face.as_ref()?.auth_secret.as_ref()?;
+        Some((cache.metadata.namespace.clone()?, auth.name.clone()))
+    });
+    let Some((namespace, name)) = named else {
+        return false;
+    };
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(shared.control.client().clone(), &namespace);
+    let data = match secrets.get_opt(&name).await {
+        // As stored: every value base64-encoded.
+        Ok(Some(secret)) => Some(
+            serde_json::to_value(&secret.data)
+                .ok()
+                .and_then(|d| serde_json::from_value(d).ok())
+                .unwrap_or_default(),
+        ),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(secret = %format!("{namespace}/{name}"), error = %e, "cannot read a cache's token Secret");
+            return false;
+        }
+    };
+    let missing = data.is_none();
+    if let Ok(mut index) = shared.index.write() {
+        index.world.cache_tokens.insert(
+            modelplane_compose::world::key(Some(&namespace), &name),
+            data,
+        );
+    }
+    missing
+}
+
+/// How soon a cache whose token Secret does not exist looks again (Secrets
+/// are not watched: a team's are many, and none other is read).
+const TOKEN_LOOKED_FOR_EVERY: Duration = Duration::from_secs(5);
+
 /// Reconciles `subject` once.
 pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), ReconcileError> {
+    if let Subject::Cache(cache) = subject
+        && read_cache_token(shared, cache).await
+    {
+        shared
+            .queue
+            .add_after(Work::Reconcile(subject.clone()), TOKEN_LOOKED_FOR_EVERY);
+    }
     let Some(first) = plan(shared, subject) else {
         return Ok(());
     };
@@ -517,7 +584,7 @@ fn applied_one(
                 index.apply_owned(&desired.target, stored);
             }
         }
-        Err(e) => failures.target(&e),
+        Err(e) => failures.target_on(&e, &connection),
     }
 }
 
@@ -581,9 +648,19 @@ async fn publish_status(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, fa
     if !plan.has_status {
         return;
     }
-    record(shared, plan, &plan.composition.events).await;
+    record(
+        shared,
+        plan,
+        &plan.composition.events,
+        crate::events::Recurrence::WhileItHolds,
+    )
+    .await;
     let error = (!failures.is_empty()).then(|| failures.join("; "));
-    let status = match (&error, plan.seen) {
+    // Nothing published yet: what the composition says stands until it can
+    // be seen (a replica on a cluster not connected says it is deploying and
+    // waiting for its model, as the original does), not a bare `Synced`.
+    let first = plan.observed_status["conditions"].as_array().is_none();
+    let status = match (&error, plan.seen || first) {
         (_, true) => crate::status::publish(
             &plan.composition,
             &plan.readiness,
@@ -616,7 +693,7 @@ async fn publish_status(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, fa
         tracing::info!(object = %plan.owner, condition = %type_, status = %state, reason = %reason, message = %message, "condition changed");
     }
     let story = crate::status::story(&plan.owner.kind, &plan.observed_status, &status);
-    record(shared, plan, &story).await;
+    record(shared, plan, &story, crate::events::Recurrence::EachTime).await;
     match shared.control.patch_status(&plan.owner, &status).await {
         Ok(stored) => {
             let kind = Kind::named(&plan.owner.kind);
@@ -638,12 +715,17 @@ async fn publish_status(shared: &Arc<Shared>, subject: &Subject, plan: &Plan, fa
     }
 }
 
-async fn record(shared: &Arc<Shared>, plan: &Plan, events: &[modelplane_compose::Event]) {
+async fn record(
+    shared: &Arc<Shared>,
+    plan: &Plan,
+    events: &[modelplane_compose::Event],
+    recurrence: crate::events::Recurrence,
+) {
     let now = now();
     for event in events {
         if let Err(e) = shared
             .events
-            .record(&plan.owner, &plan.uid, event, &now)
+            .record(&plan.owner, &plan.uid, event, &now, recurrence)
             .await
         {
             tracing::debug!(object = %plan.owner, error = %e, "event not recorded");
@@ -698,4 +780,44 @@ async fn collect_orphans(shared: &Arc<Shared>, target: &Target) -> bool {
         }
     }
     failed
+}
+
+/// Failures a fleet coming up goes through on its own: a kind whose CRD a
+/// chart installs next, a namespace it creates, a cluster not connected
+/// yet, a write while another process leads.
+const EXPECTED_WHILE_COMING_UP: &[&str] =
+    &["not_served", "not_connected", "not_found", "not_leader"];
+
+/// How long a subject fails only as a fleet coming up does before it is
+/// worth a warning.
+const QUIET_FOR: Duration = Duration::from_secs(120);
+
+/// Since when each subject has failed, so what a healthy start goes
+/// through is logged at debug and only what lasts, or is not expected,
+/// warns.
+#[derive(Default)]
+pub struct Failing {
+    since: std::sync::Mutex<std::collections::HashMap<Subject, std::time::Instant>>,
+}
+
+impl Failing {
+    /// Whether a failure of `subject` for `reasons` is worth a warning:
+    /// unexpected, or expected but lasting.
+    pub fn is_news(&self, subject: &Subject, reasons: &[&'static str]) -> bool {
+        let Ok(mut since) = self.since.lock() else {
+            return true;
+        };
+        let first = *since
+            .entry(subject.clone())
+            .or_insert_with(std::time::Instant::now);
+        let expected = reasons.iter().all(|r| EXPECTED_WHILE_COMING_UP.contains(r));
+        !expected || first.elapsed() >= QUIET_FOR
+    }
+
+    /// `subject` reconciled: its next failure starts afresh.
+    pub fn forget(&self, subject: &Subject) {
+        if let Ok(mut since) = self.since.lock() {
+            since.remove(subject);
+        }
+    }
 }

@@ -58,15 +58,24 @@ pub fn publish(
             "type": "Synced", "status": "False", "reason": "ReconcileError", "message": message,
         }),
     });
-    conditions.push(if readiness.ready {
-        json!({ "type": "Ready", "status": "True", "reason": "Available" })
-    } else {
-        let mut creating = json!({ "type": "Ready", "status": "False", "reason": "Creating" });
-        let message = readiness.message();
-        if !message.is_empty() {
-            creating["message"] = json!(message);
+    conditions.push(match (&composition.waiting, readiness.unready.is_empty()) {
+        _ if readiness.ready => {
+            json!({ "type": "Ready", "status": "True", "reason": "Available" })
         }
-        creating
+        // Every composed object is ready; the subject waits for more (a
+        // deployment short of replicas): its own words.
+        (Some(waiting), true) => json!({
+            "type": "Ready", "status": "False", "reason": waiting.reason,
+            "message": waiting.message,
+        }),
+        _ => {
+            let mut creating = json!({ "type": "Ready", "status": "False", "reason": "Creating" });
+            let message = readiness.message();
+            if !message.is_empty() {
+                creating["message"] = json!(message);
+            }
+            creating
+        }
     });
     let before = observed["conditions"].as_array();
     for condition in &mut conditions {

@@ -19,6 +19,10 @@ use serde_json::Value;
 
 use crate::lease::WriteGate;
 
+/// How long a new connection whose API server has not answered yet is
+/// taken to be coming up rather than unreachable.
+const COMING_UP_FOR: Duration = Duration::from_secs(30);
+
 /// How long "not served" is believed before discovery is asked again.
 const NOT_SERVED_FOR: Duration = Duration::from_secs(5);
 
@@ -67,6 +71,9 @@ impl TargetError {
             TargetError::Api { source, .. } => match source.as_ref() {
                 KubeError::Api(s) if s.code == 409 => "conflict",
                 KubeError::Api(s) if s.code == 422 => "invalid",
+                // An apply creates what is missing: what is not found is
+                // the namespace it goes in (a chart's, not installed yet).
+                KubeError::Api(s) if s.code == 404 => "not_found",
                 KubeError::Api(_) => "refused",
                 _ => "unreachable",
             },
@@ -171,6 +178,11 @@ pub struct Connection {
     gate: Arc<WriteGate>,
     /// Why its API server does not answer, while it does not.
     unreachable: std::sync::Mutex<Option<String>>,
+    /// When it was made, and whether its API server has answered since:
+    /// one that has not yet (a cluster reached at a new address after a
+    /// restart) is coming up, not failing.
+    born: Instant,
+    answered: std::sync::atomic::AtomicBool,
     /// Woken when its CustomResourceDefinitions change: a kind that was
     /// not served may be now.
     pub kinds_changed: tokio::sync::Notify,
@@ -185,8 +197,23 @@ impl Connection {
             kinds: RwLock::default(),
             gate: WriteGate::open(),
             unreachable: std::sync::Mutex::default(),
+            born: Instant::now(),
+            answered: std::sync::atomic::AtomicBool::new(false),
             kinds_changed: tokio::sync::Notify::new(),
         }
+    }
+
+    /// Records that its API server answered.
+    pub fn answered(&self) {
+        self.answered
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether it is new and its API server has not answered yet: what
+    /// fails then is logged quietly and not reported as unreachable.
+    pub fn coming_up(&self) -> bool {
+        !self.answered.load(std::sync::atomic::Ordering::Relaxed)
+            && self.born.elapsed() < COMING_UP_FOR
     }
 
     /// Why its API server does not answer, if it does not (as its watches

@@ -38,6 +38,18 @@ pub enum Watched {
     /// A target's CustomResourceDefinitions: one installed (a chart's, on a
     /// workload cluster) makes its kind served without waiting for a retry.
     Crds(Target),
+    /// What a workload cluster runs for Modelplane without Modelplane
+    /// owning it: serving pods, or GPU nodes (read for replicas' status).
+    Workloads(Target, Observe),
+}
+
+/// What of a workload cluster's own objects is watched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observe {
+    /// Pods labelled `modelplane.ai/serving`.
+    Pods,
+    /// Nodes labelled `modelplane.ai/pool`.
+    Nodes,
 }
 
 impl Watched {
@@ -53,6 +65,8 @@ impl Watched {
                 "apiextensions.k8s.io/v1".into(),
                 "CustomResourceDefinition".into(),
             ),
+            Watched::Workloads(_, Observe::Pods) => ("v1".into(), "Pod".into()),
+            Watched::Workloads(_, Observe::Nodes) => ("v1".into(), "Node".into()),
         }
     }
 }
@@ -75,9 +89,11 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// changed): such a watch ends, the new connection runs its own.
 fn replaced(shared: &Shared, watched: &Watched, connection: &Arc<Connection>) -> bool {
     match watched {
-        Watched::Owned(target, ..) | Watched::Crds(target) => !shared
-            .connection(target)
-            .is_some_and(|current| Arc::ptr_eq(&current, connection)),
+        Watched::Owned(target, ..) | Watched::Crds(target) | Watched::Workloads(target, _) => {
+            !shared
+                .connection(target)
+                .is_some_and(|current| Arc::ptr_eq(&current, connection))
+        }
         _ => false,
     }
 }
@@ -109,20 +125,44 @@ async fn probe(shared: Arc<Shared>, watched: Watched, connection: Arc<Connection
             }
             if connection.set_unreachable(None) {
                 tracing::info!(target = %connection.name, "answers again");
-                requeue_on(&shared, &watched);
+                reachability_changed(&shared, &watched, None);
             }
             return;
         }
     }
 }
 
+/// Records whether the target `watched` is of answers (`why` not, if it
+/// does not) where compositions read it, and composes what is on it again.
+fn reachability_changed(shared: &Shared, watched: &Watched, why: Option<String>) {
+    if let Target::Cluster(name) = target_of(watched)
+        && let Ok(mut index) = shared.index.write()
+    {
+        let since = jiff::Timestamp::now()
+            .round(jiff::Unit::Second)
+            .map(|t| t.to_string())
+            .unwrap_or_default();
+        index.world.reachability.insert(
+            name,
+            why.map(|why| modelplane_compose::world::Unreachable { why, since }),
+        );
+    }
+    requeue_on(shared, watched);
+}
+
+fn target_of(watched: &Watched) -> Target {
+    match watched {
+        Watched::Owned(target, ..) | Watched::Crds(target) | Watched::Workloads(target, _) => {
+            target.clone()
+        }
+        _ => Target::ControlPlane,
+    }
+}
+
 /// What composes onto the target `watched` is of, again: its reachability
 /// or its served kinds changed.
 fn requeue_on(shared: &Shared, watched: &Watched) {
-    let target = match watched {
-        Watched::Owned(target, ..) | Watched::Crds(target) => target.clone(),
-        _ => Target::ControlPlane,
-    };
+    let target = target_of(watched);
     let subjects = shared
         .index
         .read()
@@ -159,7 +199,11 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "discovery failed; retrying");
+                if connection.coming_up() {
+                    tracing::debug!(error = %e, "discovery not answered yet; retrying");
+                } else {
+                    tracing::warn!(error = %e, "discovery failed; retrying");
+                }
                 tokio::time::sleep(NOT_SERVED_RETRY).await;
             }
         }
@@ -177,6 +221,8 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             watcher::Config::default()
         }
         Watched::Owned(..) => watcher::Config::default().labels(labels::OWNER_UID),
+        Watched::Workloads(_, Observe::Pods) => watcher::Config::default().labels(labels::SERVING),
+        Watched::Workloads(_, Observe::Nodes) => watcher::Config::default().labels(labels::POOL),
     };
     let mut events = watcher(api, config).default_backoff().boxed();
     let mut listing: Vec<Value> = Vec::new();
@@ -185,17 +231,22 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             Ok(event) => event,
             Err(_) if replaced(&shared, &watched, &connection) => return,
             Err(e) => {
-                tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
+                if connection.coming_up() {
+                    tracing::debug!(target = %connection.name, kind = %kind, error = %e, "watch not started yet; retrying");
+                } else {
+                    tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
+                }
                 if let (Watched::Control(k), Ok(mut errors)) =
                     (&watched, shared.watch_errors.lock())
                 {
                     errors.insert(*k, e.to_string());
                 }
                 if let Some(why) = transport_failure(&e)
-                    && connection.set_unreachable(Some(why))
+                    && !connection.coming_up()
+                    && connection.set_unreachable(Some(why.clone()))
                 {
                     tracing::warn!(target = %connection.name, "does not answer; holding everything on it");
-                    requeue_on(&shared, &watched);
+                    reachability_changed(&shared, &watched, Some(why));
                     // A watch that resumes yields nothing until something
                     // changes: whether it answers again is asked directly.
                     shared.supervisor.spawn(
@@ -206,9 +257,10 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 continue;
             }
         };
+        connection.answered();
         if connection.set_unreachable(None) {
             tracing::info!(target = %connection.name, "answers again");
-            requeue_on(&shared, &watched);
+            reachability_changed(&shared, &watched, None);
         }
         let clusters = match (&event, &watched) {
             (
@@ -269,10 +321,13 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
         // An owner deleted (a ModelReplica; a ServingStack, itself owned)
         // leaves its objects on every target to collect; so may one the
         // index had not seen yet when its objects were listed.
-        let collect_everywhere = matches!(
-            (&event, &watched),
-            (watcher::Event::Delete(_), _) | (watcher::Event::InitDone, Watched::Control(_))
-        );
+        let collect_everywhere = match (&event, &watched) {
+            (_, Watched::Workloads(..)) => false,
+            (watcher::Event::Delete(_), _) | (watcher::Event::InitDone, Watched::Control(_)) => {
+                true
+            }
+            _ => false,
+        };
         let subjects = {
             let Ok(mut index) = shared.index.write() else {
                 return;
@@ -281,7 +336,7 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             // it swaps connections: a replaced connection's watch (its
             // kubeconfig changed) writes nothing more; the new one runs its
             // own watches.
-            if let Watched::Owned(target, ..) = &watched
+            if let Watched::Owned(target, ..) | Watched::Workloads(target, _) = &watched
                 && !shared
                     .connection(target)
                     .is_some_and(|current| Arc::ptr_eq(&current, &connection))
@@ -336,6 +391,15 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
                 (watcher::Event::Delete(o), Watched::Control(k)) => index.delete(*k, &value(o)),
                 (watcher::Event::Delete(o), Watched::Owned(t, ..)) => {
                     index.delete_owned(t, &value(o))
+                }
+                (watcher::Event::InitDone, Watched::Workloads(t, what)) => {
+                    index.reset_workloads(t, *what, &std::mem::take(&mut listing))
+                }
+                (watcher::Event::Apply(o), Watched::Workloads(t, what)) => {
+                    index.apply_workload(t, *what, &value(o))
+                }
+                (watcher::Event::Delete(o), Watched::Workloads(t, what)) => {
+                    index.delete_workload(t, *what, &value(o))
                 }
             }
         };
