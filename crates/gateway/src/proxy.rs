@@ -225,7 +225,12 @@ pub async fn handle(
     let response = match route(&gateway, req, &mut ctx, started, in_flight).await {
         Ok(response) => response,
         Err(e) => {
-            if e.source() != crate::error::Source::Client {
+            if e.code() == "no_healthy_endpoint" {
+                // A state, not a fault: the endpoints' ejection or failed
+                // health checks warned once already; each refused request
+                // is counted, and logged at debug.
+                tracing::debug!(service = ctx.service_id(), code = e.code(), "{}", e.message);
+            } else if e.source() != crate::error::Source::Client {
                 tracing::warn!(
                     service = ctx.service_id(),
                     endpoint = ctx.endpoint_id(),
@@ -322,13 +327,14 @@ async fn route(
     let table = gateway.table();
     let key = authorise(&table, req.headers())?;
     let allowed = |service: &str| key.is_none_or(|k| k.allows(service));
+    let now = gateway.now_ms();
     if path == "/v1/models" && req.method() == Method::GET {
-        return Ok(models(&table, &allowed));
+        return Ok(models(&table, &allowed, now));
     }
     if let Some(id) = path.strip_prefix("/v1/models/")
         && req.method() == Method::GET
     {
-        return model(&table, &allowed, id);
+        return model(&table, &allowed, now, id);
     }
     if path.starts_with("/v1/") {
         let (parts, body) = req.into_parts();
@@ -346,12 +352,7 @@ async fn route(
                     ),
                 ));
             }
-            ModelMatch::None => {
-                return Err(GatewayError::new(
-                    ErrorKind::ModelNotFound,
-                    format!("The model `{model}` does not exist or you do not have access to it."),
-                ));
-            }
+            ModelMatch::None => return Err(model_not_found(&table, &allowed, &model)),
         };
         ctx.service = Some(service.clone());
         // As if it had come in under the service's prefix.
@@ -594,11 +595,38 @@ fn with_model(body: &Bytes, field: &ModelField, model: &str) -> Bytes {
     Bytes::from(out)
 }
 
-fn models(table: &Table, allowed: &impl Fn(&str) -> bool) -> Response<GatewayBody> {
+/// No service answers `model`: said so, and where a deployment of that
+/// name serves but no ModelService routes to it, what to do.
+fn model_not_found(table: &Table, allowed: &impl Fn(&str) -> bool, model: &str) -> GatewayError {
+    let unrouted = table.unrouted(model, allowed);
+    if unrouted.is_empty() {
+        return GatewayError::new(
+            ErrorKind::ModelNotFound,
+            format!("The model `{model}` does not exist or you do not have access to it."),
+        );
+    }
+    GatewayError::new(
+        ErrorKind::ModelNotFound,
+        format!(
+            "The model `{model}` is deployed (ModelDeployment {}) but no ModelService routes to it: create a ModelService whose endpoints select modelplane.ai/deployment: {model}.",
+            unrouted.join(", ")
+        ),
+    )
+}
+
+/// One entry of `/v1/models`.
+fn model_entry(name: &str, service: &crate::table::Service) -> serde_json::Value {
+    json!({ "id": name, "object": "model", "created": service.created, "owned_by": service.id })
+}
+
+/// `GET /v1/models`: the models a request can be served for now (some
+/// endpoint of its service healthy), as OpenAI lists them.
+fn models(table: &Table, allowed: &impl Fn(&str) -> bool, now_ms: u64) -> Response<GatewayBody> {
     let data: Vec<serde_json::Value> = table
         .model_names(allowed)
         .into_iter()
-        .map(|(name, service)| json!({ "id": name, "object": "model", "created": 0, "owned_by": service.id }))
+        .filter(|(_, service)| service.servable(now_ms))
+        .map(|(name, service)| model_entry(&name, service))
         .collect();
     let mut response = Response::new(GatewayBody::full(
         json!({ "object": "list", "data": data }).to_string(),
@@ -614,19 +642,18 @@ fn models(table: &Table, allowed: &impl Fn(&str) -> bool) -> Response<GatewayBod
 fn model(
     table: &Table,
     allowed: &impl Fn(&str) -> bool,
+    now_ms: u64,
     id: &str,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     let found = table
         .model_names(allowed)
         .into_iter()
+        .filter(|(_, service)| service.servable(now_ms))
         .find(|(name, _)| name == id);
     let Some((name, service)) = found else {
-        return Err(GatewayError::new(
-            ErrorKind::ModelNotFound,
-            format!("The model `{id}` does not exist or you do not have access to it."),
-        ));
+        return Err(model_not_found(table, allowed, id));
     };
-    let body = json!({ "id": name, "object": "model", "created": 0, "owned_by": service.id });
+    let body = model_entry(&name, service);
     let mut response = Response::new(GatewayBody::full(body.to_string()));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -1231,6 +1258,7 @@ mod tests {
             external: Vec::new(),
             first_byte_timeout: None,
             metrics: std::sync::OnceLock::new(),
+            created: 0,
         }
     }
 

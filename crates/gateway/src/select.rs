@@ -156,6 +156,7 @@ mod tests {
             },
             first_byte_timeout: None,
             metrics: std::sync::OnceLock::new(),
+            created: 0,
         }
     }
 

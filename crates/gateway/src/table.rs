@@ -76,6 +76,9 @@ pub struct Table {
     models: BTreeMap<String, Vec<Arc<Service>>>,
     keys: Vec<ApiKey>,
     states: HashMap<String, Arc<EndpointState>>,
+    /// ModelDeployments with endpoints no ModelService routes to, by
+    /// deployment name: `namespace/name` of each.
+    unrouted: BTreeMap<String, Vec<String>>,
     /// Objects left out, and why.
     pub skipped: Vec<String>,
 }
@@ -96,6 +99,21 @@ pub struct Service {
     pub first_byte_timeout: Option<std::time::Duration>,
     /// Its metric handles, set when the table is published.
     pub metrics: std::sync::OnceLock<Arc<crate::metrics::ServiceMetrics>>,
+    /// When the ModelService was created (seconds since the epoch; 0 when
+    /// unknown): what `/v1/models` says as `created`.
+    pub created: i64,
+}
+
+impl Service {
+    /// Whether a request to it can be served at `now_ms`: some endpoint
+    /// of it, composed or external, is healthy.
+    pub fn servable(&self, now_ms: u64) -> bool {
+        self.self_hosted
+            .iter()
+            .chain(&self.external)
+            .flat_map(|g| g.endpoints.iter())
+            .any(|e| e.state.healthy(now_ms))
+    }
 }
 
 /// The endpoints one ModelService entry selected, and its weight.
@@ -261,6 +279,11 @@ impl Table {
                     .and_then(|a| a.get(FIRST_BYTE_TIMEOUT_ANNOTATION))
                     .and_then(|t| parse_duration(t)),
                 metrics: std::sync::OnceLock::new(),
+                created: service
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0, |t| t.0.as_second()),
             };
             let mut aliases = Vec::new();
             for (entry, selected) in service
@@ -308,7 +331,20 @@ impl Table {
             }
             table.services.insert(id, service_out);
         }
+        table.unrouted = unrouted(inputs.services, inputs.endpoints);
         table
+    }
+
+    /// The ModelDeployments named `model` (among those `allowed`) whose
+    /// endpoints no ModelService routes to.
+    pub fn unrouted(&self, model: &str, allowed: impl Fn(&str) -> bool) -> Vec<&str> {
+        self.unrouted
+            .get(model)
+            .into_iter()
+            .flatten()
+            .filter(|d| allowed(d))
+            .map(String::as_str)
+            .collect()
     }
 
     /// Compiles one endpoint, or notes why it is skipped.
@@ -607,6 +643,35 @@ fn api_keys(secrets: &[Secret], skipped: &mut Vec<String>) -> Vec<ApiKey> {
     keys
 }
 
+/// Deployment name → `namespace/name` of each ModelDeployment that has
+/// composed endpoints (labelled with it) that no service in their
+/// namespace selects.
+fn unrouted(
+    services: &[ModelService],
+    endpoints: &[ModelEndpoint],
+) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let no_labels = BTreeMap::new();
+    for endpoint in endpoints {
+        let labels = endpoint.metadata.labels.as_ref().unwrap_or(&no_labels);
+        let Some(deployment) = labels.get(modelplane_api::labels::DEPLOYMENT) else {
+            continue;
+        };
+        let namespace = namespace_of(&endpoint.metadata);
+        let routed = services.iter().any(|s| {
+            namespace_of(&s.metadata) == namespace
+                && s.spec.endpoints.iter().any(|e| e.selector.matches(labels))
+        });
+        let id = format!("{namespace}/{deployment}");
+        let ids = out.entry(deployment.clone()).or_default();
+        if !routed && !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    out.retain(|_, ids| !ids.is_empty());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -625,5 +690,47 @@ mod tests {
         assert!(key.allows("other/one"));
         assert!(!key.allows("other/two"));
         assert!(!key.allows("mlx/a"));
+    }
+
+    #[test]
+    fn a_deployment_no_service_routes_is_known_by_name_and_a_service_lists_only_while_it_can_serve()
+    {
+        let endpoint: ModelEndpoint = serde_json::from_value(serde_json::json!({
+            "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelEndpoint",
+            "metadata": { "name": "qwen-edge-0", "namespace": "ml",
+                "labels": { "modelplane.ai/deployment": "qwen" } },
+            "spec": { "url": "http://127.0.0.1:9/ml/qwen-edge-0/v1" } }))
+        .expect("an endpoint");
+        let service: ModelService = serde_json::from_value(serde_json::json!({
+            "apiVersion": "modelplane.ai/v1alpha1", "kind": "ModelService",
+            "metadata": { "name": "qwen", "namespace": "ml",
+                "creationTimestamp": "2026-12-05T10:00:00Z" },
+            "spec": { "endpoints": [{ "selector": { "matchLabels": { "modelplane.ai/deployment": "qwen" } } }] } }))
+        .expect("a service");
+        let bare = Table::compile(
+            Inputs {
+                services: &[],
+                endpoints: std::slice::from_ref(&endpoint),
+                secrets: &[],
+            },
+            None,
+        );
+        assert_eq!(bare.unrouted("qwen", |_| true), ["ml/qwen"]);
+        let routed = Table::compile(
+            Inputs {
+                services: std::slice::from_ref(&service),
+                endpoints: std::slice::from_ref(&endpoint),
+                secrets: &[],
+            },
+            None,
+        );
+        assert!(routed.unrouted("qwen", |_| true).is_empty());
+        let qwen = routed.service("ml/qwen").expect("compiled");
+        assert_eq!(qwen.created, 1_796_464_800, "2026-12-05T10:00:00Z");
+        assert!(qwen.servable(0));
+        for e in routed.endpoints() {
+            e.state.probe_ok.store(false, Ordering::Relaxed);
+        }
+        assert!(!qwen.servable(0), "no healthy endpoint: not listed");
     }
 }
