@@ -104,6 +104,10 @@ pub struct FieldSelector(Vec<(Vec<String>, bool, String)>);
 
 const FIELDS: [&str; 2] = ["metadata.name", "metadata.namespace"];
 
+/// An Event's own field labels besides `involvedObject.*` (`source` is
+/// read as `source.component`).
+const EVENT_FIELDS: [&str; 4] = ["reason", "type", "reportingComponent", "source.component"];
+
 impl FieldSelector {
     /// Parses a `fieldSelector` query value.
     pub fn parse(text: &str) -> Result<FieldSelector, String> {
@@ -117,7 +121,14 @@ impl FieldSelector {
                 return Err(format!("invalid field selector: {part:?}"));
             };
             let field = field.trim();
+            // An Event's field labels, as kube-apiserver offers them:
+            // `source` is `source.component`.
+            let field = match field {
+                "source" => "source.component",
+                other => other,
+            };
             if !FIELDS.contains(&field)
+                && !EVENT_FIELDS.contains(&field)
                 && !field.starts_with("involvedObject.")
                 && !field.starts_with("regarding.")
             {
@@ -190,11 +201,13 @@ mod tests {
 
     #[test]
     fn field_selectors_read_names_namespaces_and_involved_objects() {
-        let event = json!({ "metadata": { "name": "e", "namespace": "ns" }, "involvedObject": { "kind": "Pod", "name": "p" } });
+        let event = json!({ "metadata": { "name": "e", "namespace": "ns" }, "involvedObject": { "kind": "Pod", "name": "p" }, "reason": "Started" });
         for (s, want) in [
             ("metadata.name=e", true),
             ("metadata.namespace!=ns", false),
             ("involvedObject.kind=Pod,involvedObject.name=p", true),
+            ("involvedObject.name=p,reason=Started", true),
+            ("reason!=Started", false),
             ("involvedObject.uid=", true),
         ] {
             assert_eq!(

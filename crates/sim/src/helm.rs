@@ -11,6 +11,8 @@ pub enum Controller {
     EnvoyGateway,
     /// The NVIDIA DRA driver: DeviceClasses and per-node ResourceSlices.
     DraDriver,
+    /// The EFA DRA driver (DRANET): the EFA DeviceClass and slices.
+    Dranet,
     /// The LeaderWorkerSet controller.
     LeaderWorkerSet,
     /// The Grove operator.
@@ -257,7 +259,7 @@ pub const CHARTS: &[Chart] = &[
     Chart {
         name: "aws-dranet",
         crds: &[],
-        controller: None,
+        controller: Some(Controller::Dranet),
     },
     Chart {
         name: "csi-mounted-fs-path",

@@ -184,10 +184,15 @@ pub fn delete_pod(pod: &Value) -> Write {
 }
 
 fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
-    if deleting(job) || condition(job, "Complete").is_some_and(|c| c["status"] == "True") {
+    let finished = |type_| condition(job, type_).is_some_and(|c| c["status"] == "True");
+    if deleting(job) || finished("Complete") || finished("Failed") {
         return;
     }
     let pods: Vec<&Value> = world.pods_of(uid(job)).collect();
+    if past_backoff_limit(job, &pods) {
+        fail_job(world, job, &pods, out);
+        return;
+    }
     let succeeded = pods
         .iter()
         .filter(|p| p["status"]["phase"] == "Succeeded")
@@ -249,6 +254,61 @@ fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
         &["active", "succeeded", "failed"],
         out,
     );
+}
+
+/// Whether `job` has retried more than `spec.backoffLimit` (default 6)
+/// allows, as the Job controller counts: failed pods, and with
+/// `restartPolicy: OnFailure` the restarts of its pods' containers too.
+fn past_backoff_limit(job: &Value, pods: &[&Value]) -> bool {
+    let limit = job["spec"]["backoffLimit"].as_u64().unwrap_or(6);
+    let failed = pods
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Failed")
+        .count() as u64;
+    if job["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure" {
+        let restarts: u64 = pods
+            .iter()
+            .filter(|p| !pod_done(p))
+            .flat_map(|p| {
+                p["status"]["containerStatuses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+            })
+            .filter_map(|c| c["restartCount"].as_u64())
+            .sum();
+        restarts > 0 && failed + restarts >= limit
+    } else {
+        failed > limit
+    }
+}
+
+/// Marks `job` Failed (`BackoffLimitExceeded`) and deletes its running
+/// pods, as the Job controller does once retries are spent.
+fn fail_job(world: &World<'_>, job: &Value, pods: &[&Value], out: &mut Vec<Write>) {
+    const MESSAGE: &str = "Job has reached the specified backoff limit";
+    out.extend(pods.iter().filter(|p| !pod_done(p)).map(|p| delete_pod(p)));
+    out.push(Write::Event {
+        object: job.clone(),
+        type_: "Warning",
+        reason: "BackoffLimitExceeded".into(),
+        message: MESSAGE.into(),
+        source: "job-controller",
+    });
+    let failed = pods
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Failed")
+        .count();
+    let status = json!({
+        "active": 0,
+        "failed": failed.max(1),
+        "startTime": job["status"]["startTime"].as_str().unwrap_or(world.timestamp),
+        "conditions": [
+            condition_value(None, "FailureTarget", true, "BackoffLimitExceeded", MESSAGE, world.timestamp),
+            condition_value(None, "Failed", true, "BackoffLimitExceeded", MESSAGE, world.timestamp),
+        ],
+    });
+    push_status(kinds::JOB, job, status, &["active", "failed"], out);
 }
 
 /// An event of the Job controller about `job`.
@@ -484,6 +544,42 @@ mod tests {
             timestamp: "t",
         };
         assert_eq!(events_of(&step(&world)), ["Completed: Job completed"]);
+    }
+
+    #[test]
+    fn a_job_whose_container_keeps_failing_fails_at_its_backoff_limit() {
+        let job = json!({ "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": { "name": "hydrate", "namespace": "ml", "uid": "j1" },
+            "spec": { "backoffLimit": 3, "template": { "spec": { "restartPolicy": "OnFailure",
+                "containers": [{ "name": "c", "image": "hf" }] } } } });
+        let crashing = |restarts: u64| {
+            json!({ "metadata": { "name": "hydrate-x", "namespace": "ml",
+                    "ownerReferences": [{ "uid": "j1", "controller": true }] },
+                "spec": {}, "status": { "phase": "Running",
+                    "containerStatuses": [{ "name": "c", "restartCount": restarts }] } })
+        };
+        let step_with = |restarts| {
+            let snapshot = world_of(&[(kinds::JOB, job.clone()), (kinds::POD, crashing(restarts))]);
+            let world = World {
+                snapshot: &snapshot,
+                timestamp: "t",
+            };
+            step(&world)
+        };
+        assert!(events_of(&step_with(2)).is_empty(), "retries left");
+        let writes = step_with(3);
+        assert_eq!(
+            events_of(&writes),
+            ["BackoffLimitExceeded: Job has reached the specified backoff limit"]
+        );
+        assert!(writes.iter().any(
+            |w| matches!(w, Write::Delete { kind: kinds::POD, name, .. } if name == "hydrate-x")
+        ));
+        let failed = writes.iter().find_map(|w| match w {
+            Write::Status { status, .. } => Some(status["conditions"][1].clone()),
+            _ => None,
+        });
+        assert_eq!(failed.expect("a status")["type"], "Failed");
     }
 
     #[test]

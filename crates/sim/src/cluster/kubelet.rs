@@ -948,6 +948,33 @@ fn exited(pod: &Value, run: &mut Run, exit: Exit, cx: &Context<'_>, writes: &mut
     ));
 }
 
+/// Whether the Hugging Face token `container` is given (its `HF_TOKEN`,
+/// from a Secret) is one the Hub would refuse: Hub tokens begin `hf_`.
+/// A container given no token (or whose Secret is not seen yet) downloads
+/// what is public.
+fn refused_token(world: &World<'_>, pod: &Value, container: &Value) -> bool {
+    let Some(reference) = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "HF_TOKEN")
+        .map(|e| &e["valueFrom"]["secretKeyRef"])
+    else {
+        return false;
+    };
+    let token = reference["name"]
+        .as_str()
+        .and_then(|secret| world.get(kinds::SECRET, namespace(pod), secret))
+        .and_then(|secret| {
+            let key = reference["key"].as_str()?;
+            let encoded = secret["data"][key].as_str()?;
+            serde_json::from_value::<k8s_openapi::ByteString>(Value::String(encoded.into())).ok()
+        })
+        .map(|bytes| String::from_utf8_lossy(&bytes.0).trim().to_string());
+    // A Secret not seen yet reads as no token (what is public downloads).
+    token.is_some_and(|t| !t.starts_with("hf_"))
+}
+
 /// Starts the container of `pod`: expands its env and command, and runs
 /// what they launch.
 fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes: &mut Vec<Write>) {
@@ -962,6 +989,14 @@ fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes
         Process::Service => {
             run.launch = None;
             run.stage = Stage::Running;
+        }
+        Process::Download { repo } if refused_token(world, pod, container) => {
+            // The Hub refuses a token it did not issue, as it answers `hf
+            // download` with one: the container exits, and its Job fails.
+            let log = format!(
+                "huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: https://huggingface.co/api/models/{repo}/revision/main\nInvalid credentials in Authorization header\n"
+            );
+            exited(pod, run, Exit { code: 1, log }, cx, writes);
         }
         Process::Download { repo } => {
             run.log.push_str(&format!("Downloading {repo}\n"));

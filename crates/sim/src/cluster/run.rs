@@ -103,7 +103,10 @@ impl State {
             let mut writes = super::nodes::fault_writes(&world, &pool_taints, &faults);
             writes.extend(kcm::step(&world));
             if controllers.contains(&Controller::DraDriver) {
-                writes.extend(dra::driver_step(&world, &hardware));
+                writes.extend(dra::driver_step(&world, dra::NVIDIA, &hardware));
+            }
+            if controllers.contains(&Controller::Dranet) {
+                writes.extend(dra::driver_step(&world, dra::DRANET, &hardware));
             }
             if controllers.contains(&Controller::LeaderWorkerSet) {
                 writes.extend(lws::step(&world));

@@ -45,8 +45,10 @@ pub mod kinds {
     pub const PCLQ: usize = 16;
     /// `scheduling.run.ai/v2` Queue.
     pub const QUEUE: usize = 17;
+    /// `v1` Secret (what a container's `secretKeyRef` reads).
+    pub const SECRET: usize = 18;
     /// `v1` Event (written, not watched).
-    pub const EVENT: usize = 18;
+    pub const EVENT: usize = 19;
 }
 
 /// What the simulated controllers keep of an object of kind `index` in
@@ -117,6 +119,7 @@ pub fn kind(index: usize) -> Kind {
         kinds::SERVICE => Kind::new("v1", "Service", "services", true),
         kinds::PCLQ => Kind::new("grove.io/v1alpha1", "PodClique", "podcliques", true),
         kinds::QUEUE => Kind::new("scheduling.run.ai/v2", "Queue", "queues", false),
+        kinds::SECRET => Kind::new("v1", "Secret", "secrets", true),
         _ => Kind::new("v1", "Event", "events", true),
     }
 }
@@ -126,7 +129,7 @@ pub const WATCHED: usize = kinds::EVENT;
 
 /// The kinds every cluster serves (built in), watched from the start; the
 /// others are watched once a chart installs their CRD.
-pub const BUILTIN: [usize; 11] = [
+pub const BUILTIN: [usize; 12] = [
     kinds::NODE,
     kinds::POD,
     kinds::DEPLOYMENT,
@@ -138,6 +141,7 @@ pub const BUILTIN: [usize; 11] = [
     kinds::SLICE,
     kinds::DEVICE_CLASS,
     kinds::SERVICE,
+    kinds::SECRET,
 ];
 
 /// The watched kind of `group`'s `kind`, if any.

@@ -278,7 +278,11 @@ struct Fleet {
 impl Fleet {
     fn new(config: Config, workloads: Arc<Workloads>) -> Fleet {
         Fleet {
-            hands: Arc::new(Hands { config, workloads }),
+            hands: Arc::new(Hands {
+                config,
+                workloads,
+                failing: Default::default(),
+            }),
             epoch: Instant::now(),
             objects: Snapshot::default(),
             names: HashMap::new(),

@@ -97,17 +97,42 @@ pub(super) fn holds(secret: &Value, data: &Value) -> bool {
 pub(super) struct Hands {
     pub config: Config,
     pub workloads: Arc<Workloads>,
+    /// Since when each object's step has failed: a cluster coming up (or
+    /// reached again after a restart) fails steps for a while, which is
+    /// logged at debug; a step failing longer warns.
+    pub failing: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
+
+/// How long a step may fail before it warns.
+const QUIET_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 
 impl Hands {
     /// Carries out one step: the effect first (a cluster must exist before
     /// it is reported Ready), then the status. False if it must be retried.
     pub async fn execute(&self, work: Work) -> bool {
+        let name = work.object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         if let Some(effect) = work.effect
             && let Err(e) = self.apply_effect(effect).await
         {
-            tracing::warn!(object = %work.object["metadata"]["name"], error = %e, "simulated cloud step failed; retrying");
+            let lasting = self.failing.lock().is_ok_and(|mut failing| {
+                failing
+                    .entry(name.clone())
+                    .or_insert_with(std::time::Instant::now)
+                    .elapsed()
+                    >= QUIET_FOR
+            });
+            if lasting {
+                tracing::warn!(object = %name, error = %e, "simulated cloud step failed; retrying");
+            } else {
+                tracing::debug!(object = %name, error = %e, "simulated cloud step not done yet; retrying");
+            }
             return false;
+        }
+        if let Ok(mut failing) = self.failing.lock() {
+            failing.remove(&name);
         }
         if let Some(status) = work.status {
             let kind = api_kind(work.index);
