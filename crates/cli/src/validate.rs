@@ -5,13 +5,15 @@
 //! line numbers → `Admission::review` per document (with its previous version
 //! from `--old`, if any) → one report line per problem, or one JSON report.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
+use modelplane_api::types::InferenceClass;
 use modelplane_api::validation::yaml::{Document, parse_documents};
+use modelplane_cel::dra;
 use modelplane_cel::{Admission, Review};
 use serde::Serialize;
 use serde_json::Value;
@@ -211,11 +213,82 @@ fn admit_part<T>(
 pub fn check_paths(paths: &[String], old: &[PathBuf]) -> anyhow::Result<Vec<DocumentReport>> {
     let admission = Admission::new();
     let old = load_old(old)?;
-    let mut reports = Vec::new();
+    let mut checked = Vec::new();
     for input in collect_inputs(paths) {
-        reports.extend(check_input(&admission, &old, input));
+        checked.extend(check_input(&admission, &old, input));
     }
-    Ok(reports)
+    let declared = declared_attributes(&checked);
+    Ok(checked
+        .into_iter()
+        .map(|(mut report, doc)| {
+            if let (Some(declared), Some(doc)) = (&declared, &doc) {
+                let warnings =
+                    undeclared_reads(&doc.value, declared).map(|(path, message)| Located {
+                        line: doc.line_of(&path),
+                        path,
+                        message,
+                    });
+                report.warnings.extend(warnings);
+            }
+            report
+        })
+        .collect())
+}
+
+/// The attributes (`domain/name`) the InferenceClasses among `checked`
+/// declare; `None` when there are none, so nothing can be said of what a
+/// selector reads.
+fn declared_attributes(checked: &[(DocumentReport, Option<Document>)]) -> Option<BTreeSet<String>> {
+    let classes: Vec<InferenceClass> = checked
+        .iter()
+        .filter(|(r, _)| r.kind == "InferenceClass" && r.status == "accepted")
+        .filter_map(|(_, doc)| serde_json::from_value(doc.as_ref()?.value.clone()).ok())
+        .collect();
+    (!classes.is_empty()).then(|| {
+        classes
+            .iter()
+            .flat_map(|c| &c.spec.devices)
+            .flat_map(dra::attribute_names)
+            .collect()
+    })
+}
+
+/// Each device selector of a ModelDeployment that reads an attribute no
+/// declared device has: its path and a warning (it can match nothing).
+fn undeclared_reads<'a>(
+    object: &'a Value,
+    declared: &'a BTreeSet<String>,
+) -> impl Iterator<Item = (String, String)> + 'a {
+    let deployment = object["kind"] == "ModelDeployment";
+    let engines = object["spec"]["template"]["spec"]["engines"].as_array();
+    let list = |v: &'a Value| v.as_array().into_iter().flatten().enumerate();
+    engines
+        .filter(|_| deployment)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .flat_map(move |(e, engine)| {
+            list(&engine["members"]).flat_map(move |(m, member)| {
+                list(&member["nodeSelector"]["devices"]).flat_map(move |(d, device)| {
+                    list(&device["selectors"]).filter_map(move |(s, selector)| {
+                        let text = selector["cel"].as_str()?;
+                        let read = dra::DeviceSelector::compile(text).ok()?.attributes_read();
+                        let missing: Vec<String> =
+                            read.into_iter().filter(|a| !declared.contains(a)).collect();
+                        (!missing.is_empty()).then(|| {
+                            (
+                                format!("spec.template.spec.engines[{e}].members[{m}].nodeSelector.devices[{d}].selectors[{s}].cel"),
+                                format!(
+                                    "reads {}, which no InferenceClass given declares (they declare {}): it matches no device of theirs",
+                                    missing.join(", "),
+                                    declared.iter().cloned().collect::<Vec<_>>().join(", ")
+                                ),
+                            )
+                        })
+                    })
+                })
+            })
+        })
 }
 
 /// Identity of an object for matching `--old` versions.
@@ -269,26 +342,30 @@ fn unreadable(file: &str, line: u32, message: String) -> DocumentReport {
     }
 }
 
+/// Each document of `input`, reviewed, with the document (none when the
+/// input could not be read).
 fn check_input(
     admission: &Admission,
     old: &HashMap<ObjectKey, Value>,
     input: Input,
-) -> Vec<DocumentReport> {
+) -> Vec<(DocumentReport, Option<Document>)> {
     let text = match input.text {
         Ok(text) => text,
-        Err(e) => return vec![unreadable(&input.name, 0, format!("cannot read: {e}"))],
+        Err(e) => {
+            let report = unreadable(&input.name, 0, format!("cannot read: {e}"));
+            return vec![(report, None)];
+        }
     };
     match parse_documents(&text) {
         Ok(docs) => docs
             .into_iter()
             .flat_map(|doc| doc.list_items().unwrap_or_else(|| vec![doc]))
-            .map(|doc| check_document(admission, old, &input.name, doc))
+            .map(|doc| (check_document(admission, old, &input.name, &doc), Some(doc)))
             .collect(),
-        Err(e) => vec![unreadable(
-            &input.name,
-            e.line,
-            format!("YAML syntax error: {}", e.message),
-        )],
+        Err(e) => {
+            let message = format!("YAML syntax error: {}", e.message);
+            vec![(unreadable(&input.name, e.line, message), None)]
+        }
     }
 }
 
@@ -296,7 +373,7 @@ fn check_document(
     admission: &Admission,
     old: &HashMap<ObjectKey, Value>,
     file: &str,
-    doc: Document,
+    doc: &Document,
 ) -> DocumentReport {
     let previous = old.get(&object_key(&doc.value));
     let api_version = doc.value["apiVersion"]
