@@ -6,7 +6,7 @@
 //! those before it) → `compose_model_replica` per composed ModelReplica on
 //! its cluster's stack → objects grouped by target.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write;
 
@@ -375,6 +375,7 @@ fn place_deployments(
             clusters: Some(&views),
             replicas: &replicas,
             ready: &ready,
+            routed: &BTreeSet::new(),
         });
         let title = key(&md.metadata.namespace, &md.metadata.name);
         let mut summary = Summary {

@@ -372,7 +372,18 @@ fn apply_get_scale_explain(server: &Server, dir: &Path) {
         .unwrap_or_default()
         .split_whitespace()
         .collect();
-    assert_eq!(header, ["NAME", "SOURCE", "STACK", "GATEWAY", "AGE"]);
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "SOURCE",
+            "STACK",
+            "GATEWAY",
+            "READY",
+            "REACHABLE",
+            "AGE"
+        ]
+    );
     assert!(
         out.lines().any(|l| l
             .split_whitespace()

@@ -190,7 +190,11 @@ fn the_workload_cluster_role_grants_what_compositions_apply_there_and_no_more() 
     }
     assert!(!allows(role, "modelplane.ai", "modeldeployments", "get"));
     assert!(!allows(role, "", "pods", "delete"));
-    assert!(!allows(role, "", "nodes", "get"));
+    // Nodes are read, to name the node under a replica that is not
+    // ready; never written.
+    assert!(allows(role, "", "nodes", "watch"));
+    assert!(!allows(role, "", "nodes", "patch"));
+    assert!(!allows(role, "", "nodes", "delete"));
 }
 
 #[test]

@@ -55,7 +55,7 @@ fn observed_status_taints_and_capacity_are_explained() {
     for expected in [
         "untolerated taint maintenance:NoExecute",
         "cluster is not Ready",
-        "not enough free nodes",
+        "no room for 4 gpu on one node",
         "matches no device",
         "cluster selector wants tier=gold",
     ] {

@@ -50,8 +50,8 @@ fn up_serves_the_example_fleet_on_both_stacks_and_resumes_it_after_a_restart() {
             .nth(1)
             .map(str::to_string)
     };
-    assert_eq!(row("qwen3-8b ").as_deref(), Some("2"), "{deployments}");
-    assert_eq!(row("qwen3-coder ").as_deref(), Some("1"), "{deployments}");
+    assert_eq!(row("qwen3-8b ").as_deref(), Some("2/2"), "{deployments}");
+    assert_eq!(row("qwen3-coder ").as_deref(), Some("1/1"), "{deployments}");
     // The same qwen3-8b manifest is spread one replica per cluster, so it
     // runs on both stacks; the coder is on the Dynamo cluster.
     let placed = |deployment: &str| {

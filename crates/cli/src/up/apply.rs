@@ -126,3 +126,53 @@ async fn api_for(
     };
     Ok((api, name.to_string()))
 }
+
+/// Where `up` records what it applied once, so a restart never applies it
+/// again: a ConfigMap in the system namespace (in the same state as what
+/// it records, and readable with kubectl).
+pub const RECORD: &str = "modelplane-up";
+/// The record's key: when the example fleet was applied.
+const EXAMPLE_APPLIED: &str = "exampleAppliedAt";
+
+/// When the example fleet was applied to this control plane, if ever.
+pub async fn example_applied(client: &kube::Client) -> anyhow::Result<Option<String>> {
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), modelplane_api::labels::SYSTEM_NAMESPACE);
+    let record = records.get_opt(RECORD).await.with_context(|| {
+        format!(
+            "reading ConfigMap {}/{RECORD}",
+            modelplane_api::labels::SYSTEM_NAMESPACE
+        )
+    })?;
+    Ok(record
+        .and_then(|r| r.data)
+        .and_then(|d| d.get(EXAMPLE_APPLIED).cloned()))
+}
+
+/// Records that the example fleet was applied now.
+pub async fn record_example_applied(client: &kube::Client) -> anyhow::Result<()> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let namespace = json!({ "apiVersion": "v1", "kind": "Namespace",
+        "metadata": { "name": modelplane_api::labels::SYSTEM_NAMESPACE } });
+    namespaces
+        .patch(
+            modelplane_api::labels::SYSTEM_NAMESPACE,
+            &PatchParams::apply(MANAGER),
+            &Patch::Apply(&namespace),
+        )
+        .await
+        .context("creating the system namespace")?;
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), modelplane_api::labels::SYSTEM_NAMESPACE);
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)?
+        .to_string();
+    let record = json!({ "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": { "name": RECORD, "namespace": modelplane_api::labels::SYSTEM_NAMESPACE },
+        "data": { EXAMPLE_APPLIED: now } });
+    records
+        .patch(RECORD, &PatchParams::apply(MANAGER), &Patch::Apply(&record))
+        .await
+        .with_context(|| format!("recording the example fleet applied in ConfigMap {RECORD}"))?;
+    Ok(())
+}

@@ -167,14 +167,32 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
         &format!("simulated fleet ({profile} profile), controllers and gateway running"),
     );
     if args.example {
-        let applied = apply::manifests(&client, EXAMPLE).await?;
-        progress::step(
-            started,
-            &format!("example fleet applied ({applied} objects)"),
-        );
+        // Once per control plane: a restart keeps what the user changed
+        // since (a scale, a deployment deleted).
+        match apply::example_applied(&client).await? {
+            Some(at) => progress::step(
+                started,
+                &format!(
+                    "example fleet applied at {at} already, not again (ConfigMap {}/{} records it; delete it to apply the example again)",
+                    modelplane_api::labels::SYSTEM_NAMESPACE,
+                    apply::RECORD
+                ),
+            ),
+            None => {
+                let applied = apply::manifests(&client, EXAMPLE).await?;
+                apply::record_example_applied(&client).await?;
+                progress::step(
+                    started,
+                    &format!("example fleet applied ({applied} objects)"),
+                );
+            }
+        }
     }
     print!("{}", next_steps(&kubeconfig, gateway_address, log));
-    supervisor.spawn("progress", progress::follow(client.clone(), started));
+    supervisor.spawn(
+        "progress",
+        progress::follow(client.clone(), gateway.clone(), started),
+    );
 
     let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
     let failed = failure.clone();

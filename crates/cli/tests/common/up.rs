@@ -26,6 +26,12 @@ pub fn free_port() -> u16 {
 }
 
 pub fn up(dir: &Path, gateway_port: u16, example: bool) -> Up {
+    up_at_time_scale(dir, gateway_port, example, 4)
+}
+
+/// [`up`] with simulated time divided by `scale`: for tests whose story
+/// includes minutes of staging a large model.
+pub fn up_at_time_scale(dir: &Path, gateway_port: u16, example: bool, scale: u32) -> Up {
     let mut command = Command::new(env!("CARGO_BIN_EXE_modelplane"));
     command
         .args(["up", "--data-dir"])
@@ -34,7 +40,7 @@ pub fn up(dir: &Path, gateway_port: u16, example: bool) -> Up {
         .arg(format!("127.0.0.1:{gateway_port}"))
         // Simulated minutes shortened: the test waits on what a user sees,
         // not on wall-clock provisioning.
-        .args(["--time-scale", "4"]);
+        .args(["--time-scale", &scale.to_string()]);
     if example {
         command.arg("--example");
     }
