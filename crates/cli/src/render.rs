@@ -302,7 +302,7 @@ fn render_caches(
                 Token::NotNeeded
             },
             observed: &BTreeMap::new(),
-            previous: &BTreeMap::new(),
+            previous: &[],
             was_ready: false,
         });
         add(&mut rendered.objects, &composition.desired, format, keep)?;

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 
 use modelplane_api::labels;
 use modelplane_api::names;
-use modelplane_api::types::{CachePhase, InferenceCluster, ModelCache};
+use modelplane_api::types::{CacheClusterStatus, CachePhase, InferenceCluster, ModelCache};
 use serde_json::{Value, json};
 
 use crate::{Composition, Condition, Desired, Event, EventType, ReadinessRule, Target};
 
 /// What is observed of a cache on one cluster.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Staging {
     /// The PVC exists.
     pub pvc_observed: bool,
@@ -27,6 +27,10 @@ pub struct Staging {
     pub job_complete: bool,
     /// The Job has `Failed=True`.
     pub job_failed: bool,
+    /// Why its container last failed, as its pod's terminated state says
+    /// (the tail of its log: `FallbackToLogsOnError`), while the pod is
+    /// there to tell.
+    pub failure: Option<String>,
 }
 
 /// The Hugging Face token for a gated repository.
@@ -53,10 +57,48 @@ pub struct CacheInputs<'a> {
     pub token: Token<'a>,
     /// What is observed on each cluster, by cluster name.
     pub observed: &'a BTreeMap<String, Staging>,
-    /// The cache's own last published phases, by cluster (Ready latches).
-    pub previous: &'a BTreeMap<String, CachePhase>,
+    /// The cache's own last published per-cluster status: Ready latches,
+    /// and so does why a Job failed once its pods are gone.
+    pub previous: &'a [CacheClusterStatus],
     /// The cache was Ready before this pass.
     pub was_ready: bool,
+}
+
+/// The clusters in `phase` with why their container failed, one sentence
+/// per distinct failure: `a, b: 401 Client Error…; c: …`; empty when none
+/// failed there. A cluster whose failure is not known is named with what
+/// to look at.
+fn failures(phases: &[(String, CachePhase, Option<String>)], phase: CachePhase) -> String {
+    let mut by_failure: Vec<(String, Vec<&str>)> = Vec::new();
+    for (cluster, _, failure) in phases
+        .iter()
+        .filter(|(_, p, f)| *p == phase && (phase == CachePhase::Failed || f.is_some()))
+    {
+        let said = failure.as_deref().map_or_else(
+            || "its container kept failing (its pod's log said why while it retried)".to_string(),
+            last_lines,
+        );
+        match by_failure.iter_mut().find(|(f, _)| *f == said) {
+            Some((_, clusters)) => clusters.push(cluster),
+            None => by_failure.push((said, vec![cluster])),
+        }
+    }
+    by_failure
+        .into_iter()
+        .map(|(failure, clusters)| format!("{}: {failure}", clusters.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The last two lines of a log's tail, on one line: where a download's
+/// error says what went wrong.
+fn last_lines(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines[lines.len().saturating_sub(2)..].join(" ")
 }
 
 /// The storage class a cluster publishes for caches, once it is reachable.
@@ -110,7 +152,10 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
     // keep what exists there instead of letting it be pruned (the original
     // drops it, hazard H7).
     let staged_before = |cluster: &str| {
-        inputs.previous.contains_key(cluster)
+        inputs
+            .previous
+            .iter()
+            .any(|c| c.name == cluster && c.phase.is_some())
             || inputs.observed.get(cluster).is_some_and(|s| s.pvc_observed)
     };
     if selected.iter().any(|c| {
@@ -166,8 +211,9 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
 
     let mut phases = Vec::new();
     for (cluster, class) in &matched {
-        let seen = inputs.observed.get(*cluster).copied().unwrap_or_default();
-        let latched = inputs.previous.get(*cluster) == Some(&CachePhase::Ready);
+        let seen = inputs.observed.get(*cluster).cloned().unwrap_or_default();
+        let before = inputs.previous.iter().find(|c| c.name == *cluster);
+        let latched = before.is_some_and(|c| c.phase == Some(CachePhase::Ready));
         let phase = if seen.job_failed {
             CachePhase::Failed
         } else if seen.pvc_bound && (seen.job_complete || latched) {
@@ -177,6 +223,12 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
         } else {
             CachePhase::Pending
         };
+        // The failed Job deletes its pod: what it said is kept from before.
+        let failure = seen.failure.clone().or_else(|| {
+            (phase == CachePhase::Failed)
+                .then(|| before.and_then(|c| c.message.clone()))
+                .flatten()
+        });
         let target = Target::Cluster((*cluster).to_string());
         out.desired
             .push(Desired::team_namespace(cluster, &namespace));
@@ -236,6 +288,10 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
                                     "command": ["/bin/sh", "-c", script(&hf.repo, hf.revision.as_deref())],
                                     "env": env,
                                     "volumeMounts": [{ "name": "artifact", "mountPath": "/mnt/artifact" }],
+                                    // Why a download failed (a refused token, a
+                                    // missing repository) outlives the log:
+                                    // the cache's status reads it.
+                                    "terminationMessagePolicy": "FallbackToLogsOnError",
                                 }],
                                 "volumes": [{ "name": "artifact", "persistentVolumeClaim": { "claimName": pvc } }],
                             },
@@ -245,17 +301,26 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
                 ready_when: ReadinessRule::ConditionTrue("Complete".into()),
             });
         }
-        phases.push(((*cluster).to_string(), phase));
+        phases.push(((*cluster).to_string(), phase, failure));
     }
 
     let ready = phases
         .iter()
-        .filter(|(_, p)| *p == CachePhase::Ready)
+        .filter(|(_, p, _)| *p == CachePhase::Ready)
         .count();
     let n = phases.len();
+    let clusters: Vec<Value> = phases
+        .iter()
+        .map(
+            |(c, p, failure)| match failure.as_ref().filter(|_| *p != CachePhase::Ready) {
+                Some(failure) => json!({ "name": c, "phase": p, "message": failure }),
+                None => json!({ "name": c, "phase": p }),
+            },
+        )
+        .collect();
     out.status = Some(json!({
         "summary": { "ready": format!("{ready}/{n}") },
-        "clusters": phases.iter().map(|(c, p)| json!({ "name": c, "phase": p })).collect::<Vec<_>>(),
+        "clusters": clusters,
     }));
     out.conditions
         .push(Condition::new("ClustersMatched", true, "Matched", ""));
@@ -273,15 +338,10 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
             message: message.clone(),
         });
         Condition::new("ArtifactReady", false, "AuthSecretMissing", message)
-    } else if phases.iter().any(|(_, p)| *p == CachePhase::Failed) {
-        let failed: Vec<&str> = phases
-            .iter()
-            .filter(|(_, p)| *p == CachePhase::Failed)
-            .map(|(c, _)| c.as_str())
-            .collect();
+    } else if phases.iter().any(|(_, p, _)| *p == CachePhase::Failed) {
         let message = format!(
-            "the hydration Job {namespace}/{job} failed on {}: its container kept failing (a refused token, a repository that does not exist, storage full); the log of its pod said which while it retried",
-            failed.join(", ")
+            "the hydration Job {namespace}/{job} failed on {}",
+            failures(&phases, CachePhase::Failed)
         );
         out.events.push(Event {
             type_: EventType::Warning,
@@ -294,7 +354,13 @@ pub fn compose_model_cache(inputs: CacheInputs<'_>) -> Composition {
     } else if ready > 0 {
         Condition::new("ArtifactReady", false, "Partial", "")
     } else {
-        Condition::new("ArtifactReady", false, "Hydrating", "")
+        let retrying = failures(&phases, CachePhase::Hydrating);
+        let message = if retrying.is_empty() {
+            String::new()
+        } else {
+            format!("retrying on {retrying}")
+        };
+        Condition::new("ArtifactReady", false, "Hydrating", message)
     });
     if !names
         .iter()

@@ -1,9 +1,10 @@
 //! What Modelplane reads on workload clusters but does not own: the pods
-//! that serve its replicas (labelled `modelplane.ai/serving`) and the GPU
-//! nodes they run on (labelled `modelplane.ai/pool`), each reduced once
-//! (`from_resource`) to what a replica's status tells — so a replica whose
-//! workload is not ready can say which node, or which scheduler message,
-//! is why.
+//! that serve its replicas (labelled `modelplane.ai/serving`), the GPU
+//! nodes they run on (labelled `modelplane.ai/pool`) and the pods of
+//! caches' hydration Jobs (labelled `modelplane.ai/modelcache`), each
+//! reduced once (`from_resource`) to what a status tells — so a replica
+//! whose workload is not ready can say which node, or which scheduler
+//! message, is why, and a cache that cannot stage what its download said.
 
 use serde_json::Value;
 
@@ -207,6 +208,31 @@ mod tests {
     }
 
     #[test]
+    fn a_hydration_pod_tells_why_its_container_last_failed() {
+        let pod = |state: Value| {
+            json!({ "metadata": { "name": "h-1", "namespace": "ml",
+                "labels": { "modelplane.ai/modelcache": "c", "batch.kubernetes.io/job-name": "h" } },
+                "status": { "containerStatuses": [state] } })
+        };
+        let crashed = pod(json!({ "name": "hydrate",
+            "state": { "waiting": { "reason": "CrashLoopBackOff" } },
+            "lastState": { "terminated": { "exitCode": 1, "message": "401 Client Error: Unauthorized" } } }));
+        let mut state = ClusterState::default();
+        assert_eq!(state.apply_hydration_pod(&crashed), Some("ml/c".into()));
+        assert_eq!(state.apply_hydration_pod(&crashed), None, "unchanged");
+        assert_eq!(
+            state.hydration_failure("ml", "h"),
+            Some("401 Client Error: Unauthorized")
+        );
+        assert_eq!(state.hydration_failure("ml", "other-job"), None);
+        let done = pod(json!({ "name": "hydrate",
+            "state": { "terminated": { "exitCode": 0, "message": "staged" } } }));
+        assert_eq!(HydrationPod::from_resource(&done).failure, None);
+        assert_eq!(state.delete_hydration_pod(&crashed), Some("ml/c".into()));
+        assert_eq!(state.hydration_failure("ml", "h"), None);
+    }
+
+    #[test]
     fn a_pod_the_scheduler_cannot_place_says_the_schedulers_words() {
         let pod = PodView::from_resource(&json!({
             "metadata": { "name": "p", "namespace": "ml" },
@@ -222,16 +248,90 @@ mod tests {
     }
 }
 
-/// The serving pods and GPU nodes of one workload cluster, as watched.
+/// A pod of a cache's hydration Job.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HydrationPod {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// The cache it stages (its `modelplane.ai/modelcache` label).
+    pub cache: String,
+    /// Its Job (its `batch.kubernetes.io/job-name` label).
+    pub job: String,
+    /// Why its container last failed: the message of its terminated state
+    /// (current or last) when it exited with an error — the tail of its
+    /// log under `FallbackToLogsOnError`.
+    pub failure: Option<String>,
+}
+
+impl HydrationPod {
+    /// The view of a Pod object.
+    pub fn from_resource(pod: &Value) -> HydrationPod {
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let failure = pod["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|c| [&c["state"]["terminated"], &c["lastState"]["terminated"]])
+            .find(|t| t["exitCode"].as_i64().is_some_and(|code| code != 0))
+            .and_then(|t| t["message"].as_str())
+            .filter(|m| !m.trim().is_empty())
+            .map(str::to_string);
+        HydrationPod {
+            namespace: text(&pod["metadata"]["namespace"]),
+            name: text(&pod["metadata"]["name"]),
+            cache: text(&pod["metadata"]["labels"][modelplane_api::labels::MODEL_CACHE]),
+            job: text(&pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]),
+            failure,
+        }
+    }
+}
+
+/// The serving pods, GPU nodes and hydration pods of one workload
+/// cluster, as watched.
 #[derive(Clone, Debug, Default)]
 pub struct ClusterState {
     /// Serving pods, by `(namespace, replica, pod)`.
     pub pods: std::collections::BTreeMap<(String, String, String), PodView>,
     /// GPU nodes, by name.
     pub nodes: std::collections::BTreeMap<String, NodeView>,
+    /// Hydration pods, by `(namespace, job, pod)`.
+    pub hydration: std::collections::BTreeMap<(String, String, String), HydrationPod>,
 }
 
 impl ClusterState {
+    /// Why a pod of hydration Job `namespace/job` last failed, if one did.
+    pub fn hydration_failure(&self, namespace: &str, job: &str) -> Option<&str> {
+        let from = (namespace.to_string(), job.to_string(), String::new());
+        self.hydration
+            .range(from..)
+            .take_while(|((ns, j, _), _)| ns == namespace && j == job)
+            .find_map(|(_, pod)| pod.failure.as_deref())
+    }
+
+    /// Records a hydration pod; returns its cache, `namespace/name`, when
+    /// what it tells changed.
+    pub fn apply_hydration_pod(&mut self, pod: &Value) -> Option<String> {
+        let view = HydrationPod::from_resource(pod);
+        if view.cache.is_empty() || view.job.is_empty() {
+            return None;
+        }
+        let cache = format!("{}/{}", view.namespace, view.cache);
+        let key = (view.namespace.clone(), view.job.clone(), view.name.clone());
+        let changed = self.hydration.get(&key) != Some(&view);
+        self.hydration.insert(key, view);
+        changed.then_some(cache)
+    }
+
+    /// Forgets a hydration pod; returns its cache.
+    pub fn delete_hydration_pod(&mut self, pod: &Value) -> Option<String> {
+        let view = HydrationPod::from_resource(pod);
+        self.hydration
+            .remove(&(view.namespace, view.job, view.name))
+            .map(|p| format!("{}/{}", p.namespace, p.cache))
+    }
+
     /// The serving pods of replica `namespace/replica`.
     pub fn pods_of<'a>(
         &'a self,

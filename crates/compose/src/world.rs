@@ -601,17 +601,17 @@ impl World {
                     pvc_bound: claim.is_some_and(|c| c["status"]["phase"] == "Bound"),
                     job_complete: hydration.is_some_and(|j| condition_true(j, "Complete")),
                     job_failed: hydration.is_some_and(|j| condition_true(j, "Failed")),
+                    failure: self
+                        .workloads
+                        .get(cluster)
+                        .and_then(|state| state.hydration_failure(namespace, &job))
+                        .map(str::to_string),
                 };
                 (cluster.clone(), staging)
             })
             .collect();
         let status = cache.status.clone().unwrap_or_default();
-        let previous = status
-            .clusters
-            .into_iter()
-            .flatten()
-            .filter_map(|c| Some((c.name, c.phase?)))
-            .collect();
+        let previous = status.clusters.unwrap_or_default();
         Some(crate::compose_model_cache(crate::CacheInputs {
             cache,
             clusters: self.synced.then_some(clusters.as_slice()),

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use modelplane_api::types::{
-    InferenceCluster, InferenceGateway, ModelCache, ModelEndpoint, ModelService,
+    CacheClusterStatus, InferenceCluster, InferenceGateway, ModelCache, ModelCacheStatus,
+    ModelEndpoint, ModelService,
 };
 use modelplane_compose::service::split_weights;
 use modelplane_compose::{
@@ -189,7 +190,7 @@ fn every_upstream_model_cache_stages_on_its_clusters() {
                     pvc_observed: true,
                     pvc_bound: true,
                     job_complete: true,
-                    job_failed: false,
+                    ..Staging::default()
                 },
             ),
             (
@@ -198,7 +199,7 @@ fn every_upstream_model_cache_stages_on_its_clusters() {
                     pvc_observed: true,
                     pvc_bound: true,
                     job_complete: false,
-                    job_failed: false,
+                    ..Staging::default()
                 },
             ),
         ]);
@@ -217,7 +218,7 @@ fn every_upstream_model_cache_stages_on_its_clusters() {
             clusters: Some(&clusters),
             token,
             observed: &observed,
-            previous: &BTreeMap::new(),
+            previous: &[],
             was_ready: false,
         });
         assert_eq!(
@@ -248,7 +249,7 @@ fn a_missing_token_is_reported_and_no_job_runs_without_it() {
         clusters: Some(&clusters),
         token: Token::Missing,
         observed: &BTreeMap::new(),
-        previous: &BTreeMap::new(),
+        previous: &[],
         was_ready: false,
     });
     assert_eq!(c.conditions[1].reason, "AuthSecretMissing");
@@ -262,7 +263,7 @@ fn a_missing_token_is_reported_and_no_job_runs_without_it() {
         clusters: Some(&clusters),
         token: Token::Unresolved,
         observed: &BTreeMap::new(),
-        previous: &BTreeMap::new(),
+        previous: &[],
         was_ready: false,
     });
     assert!(c.hold);
@@ -317,4 +318,75 @@ proptest! {
             prop_assert!((share - want).abs() <= tolerance, "share {share} want {want} tolerance {tolerance} {groups:?} {split:?}");
         }
     }
+}
+
+#[test]
+fn a_failed_download_says_why_and_keeps_saying_it_once_its_pod_is_gone() {
+    let (_, object) = objects_of_kind("ModelCache")
+        .into_iter()
+        .find(|(_, o)| !o["spec"]["huggingFace"]["authSecret"].is_null())
+        .expect("a gated cache");
+    let cache: ModelCache = serde_json::from_value(object).expect("typed");
+    let labels = cache
+        .spec
+        .cluster_selector
+        .clone()
+        .and_then(|s| s.match_labels)
+        .unwrap_or_default();
+    let clusters = vec![storage_cluster("a", json!(labels))];
+    let log = "Traceback (most recent call last):\nhuggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: https://huggingface.co/api/models/r\nInvalid credentials in Authorization header\n";
+    let staging = |job_failed, failure: Option<&str>| {
+        BTreeMap::from([(
+            "a".to_string(),
+            Staging {
+                pvc_observed: true,
+                pvc_bound: true,
+                job_failed,
+                failure: failure.map(str::to_string),
+                ..Staging::default()
+            },
+        )])
+    };
+    let compose = |observed: &BTreeMap<String, Staging>, previous: &[CacheClusterStatus]| {
+        compose_model_cache(CacheInputs {
+            cache: &cache,
+            clusters: Some(&clusters),
+            token: Token::Found("bm90LWEtdG9rZW4="),
+            observed,
+            previous,
+            was_ready: false,
+        })
+    };
+    let said = "a: huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: https://huggingface.co/api/models/r Invalid credentials in Authorization header";
+    // While the Job retries: Hydrating, with what the last try said.
+    let retrying = compose(&staging(false, Some(log)), &[]);
+    assert_eq!(retrying.conditions[1].reason, "Hydrating");
+    assert_eq!(
+        retrying.conditions[1].message,
+        format!("retrying on {said}")
+    );
+    // The Job failed and deleted its pod: the status still says why.
+    let failed = compose(&staging(true, Some(log)), &[]);
+    let previous: ModelCacheStatus =
+        serde_json::from_value(failed.status.clone().expect("a status")).expect("typed");
+    let gone = compose(
+        &staging(true, None),
+        previous.clusters.as_deref().unwrap_or_default(),
+    );
+    for c in [&failed, &gone] {
+        assert_eq!(c.conditions[1].reason, "Failed");
+        assert!(
+            c.conditions[1]
+                .message
+                .ends_with(&format!("failed on {said}")),
+            "{}",
+            c.conditions[1].message
+        );
+        assert!(c.events.iter().any(|e| e.reason == "HydrationFailed"));
+    }
+    assert!(
+        !serde_json::to_string(&gone.status)
+            .unwrap_or_default()
+            .contains("not-a-token")
+    );
 }

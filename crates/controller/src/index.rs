@@ -777,8 +777,8 @@ impl Index {
             .collect()
     }
 
-    /// Records a serving pod or GPU node of a workload cluster; returns the
-    /// replicas whose status it tells.
+    /// Records a serving pod, GPU node or hydration pod of a workload
+    /// cluster; returns the replicas (or cache) whose status it tells.
     pub fn apply_workload(
         &mut self,
         target: &Target,
@@ -792,6 +792,10 @@ impl Index {
         let replicas = match what {
             crate::watch::Observe::Pods => state.apply_pod(object).into_iter().collect(),
             crate::watch::Observe::Nodes => state.apply_node(object),
+            crate::watch::Observe::CachePods => {
+                let cache = state.apply_hydration_pod(object);
+                return self.known_caches(cache);
+            }
         };
         self.known_replicas(replicas)
     }
@@ -812,6 +816,10 @@ impl Index {
         let replicas = match what {
             crate::watch::Observe::Pods => state.delete_pod(object).into_iter().collect(),
             crate::watch::Observe::Nodes => state.delete_node(object),
+            crate::watch::Observe::CachePods => {
+                let cache = state.delete_hydration_pod(object);
+                return self.known_caches(cache);
+            }
         };
         self.known_replicas(replicas)
     }
@@ -830,12 +838,23 @@ impl Index {
         match what {
             crate::watch::Observe::Pods => state.pods.clear(),
             crate::watch::Observe::Nodes => state.nodes.clear(),
+            crate::watch::Observe::CachePods => state.hydration.clear(),
         }
         for object in objects {
             match what {
                 crate::watch::Observe::Pods => drop(state.apply_pod(object)),
                 crate::watch::Observe::Nodes => drop(state.apply_node(object)),
+                crate::watch::Observe::CachePods => drop(state.apply_hydration_pod(object)),
             }
+        }
+        if what == crate::watch::Observe::CachePods {
+            // What every cache says of its downloads may have changed.
+            return self
+                .world
+                .caches
+                .keys()
+                .map(|k| Subject::Cache(k.clone()))
+                .collect();
         }
         // What each replica of the cluster says may have changed.
         self.world
@@ -843,6 +862,13 @@ impl Index {
             .iter()
             .filter(|(_, r)| r.spec.cluster_name == *cluster)
             .map(|(k, _)| Subject::Replica(k.clone()))
+            .collect()
+    }
+
+    fn known_caches(&self, key: Option<String>) -> Vec<Subject> {
+        key.into_iter()
+            .filter(|k| self.world.caches.contains_key(k))
+            .map(Subject::Cache)
             .collect()
     }
 

@@ -225,8 +225,13 @@ impl Shared {
                 ),
             );
             if let Target::Cluster(_) = target {
-                // What replicas' status tells of their pods and nodes.
-                for what in [watch::Observe::Pods, watch::Observe::Nodes] {
+                // What replicas' status tells of their pods and nodes, and
+                // caches' of their downloads.
+                for what in [
+                    watch::Observe::Pods,
+                    watch::Observe::Nodes,
+                    watch::Observe::CachePods,
+                ] {
                     self.supervisor.spawn(
                         "workload watch",
                         watch::run(

@@ -50,6 +50,8 @@ pub enum Observe {
     Pods,
     /// Nodes labelled `modelplane.ai/pool`.
     Nodes,
+    /// Pods labelled `modelplane.ai/modelcache`: caches' hydration Jobs'.
+    CachePods,
 }
 
 impl Watched {
@@ -65,7 +67,9 @@ impl Watched {
                 "apiextensions.k8s.io/v1".into(),
                 "CustomResourceDefinition".into(),
             ),
-            Watched::Workloads(_, Observe::Pods) => ("v1".into(), "Pod".into()),
+            Watched::Workloads(_, Observe::Pods | Observe::CachePods) => {
+                ("v1".into(), "Pod".into())
+            }
             Watched::Workloads(_, Observe::Nodes) => ("v1".into(), "Node".into()),
         }
     }
@@ -223,6 +227,9 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
         Watched::Owned(..) => watcher::Config::default().labels(labels::OWNER_UID),
         Watched::Workloads(_, Observe::Pods) => watcher::Config::default().labels(labels::SERVING),
         Watched::Workloads(_, Observe::Nodes) => watcher::Config::default().labels(labels::POOL),
+        Watched::Workloads(_, Observe::CachePods) => {
+            watcher::Config::default().labels(labels::MODEL_CACHE)
+        }
     };
     let mut events = watcher(api, config).default_backoff().boxed();
     let mut listing: Vec<Value> = Vec::new();

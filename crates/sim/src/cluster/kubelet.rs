@@ -758,6 +758,11 @@ impl Kubelets {
                 json!({ "running": { "startedAt": run.started_at } }),
             ),
         };
+        let mut state = state;
+        let message = termination_message(container, run);
+        if let (Some(message), Some(terminated)) = (&message, state.get_mut("terminated")) {
+            terminated["message"] = json!(message);
+        }
         let mut container_status = json!({
             "name": container_name, "image": container["image"], "imageID": "",
             "ready": ready, "started": !matches!(run.stage, Stage::Pulling { .. } | Stage::BackOff { .. }),
@@ -765,6 +770,9 @@ impl Kubelets {
         });
         if let Some((exit, finished)) = &run.last_exit {
             container_status["lastState"] = json!({ "terminated": { "exitCode": exit.code, "reason": "Error", "finishedAt": finished } });
+            if let Some(message) = message {
+                container_status["lastState"]["terminated"]["message"] = json!(message);
+            }
         }
         let condition = |type_: &str, ok: bool| json!({ "type": type_, "status": if ok { "True" } else { "False" } });
         let status = json!({
@@ -946,6 +954,31 @@ fn exited(pod: &Value, run: &mut Run, exit: Exit, cx: &Context<'_>, writes: &mut
             run.uid
         ),
     ));
+}
+
+/// The message of the container's last termination, as the kubelet
+/// writes it under `terminationMessagePolicy: FallbackToLogsOnError` for a
+/// container that exited with an error and wrote no termination file: the
+/// tail of its log, at most 80 lines and 2,048 bytes. `None` otherwise (the
+/// default policy reads only `/dev/termination-log`, which engines here
+/// never write).
+fn termination_message(container: &Value, run: &Run) -> Option<String> {
+    const MAX_LINES: usize = 80;
+    const MAX_BYTES: usize = 2048;
+    let (exit, _) = run.last_exit.as_ref()?;
+    if exit.code == 0 || container["terminationMessagePolicy"] != "FallbackToLogsOnError" {
+        return None;
+    }
+    let lines: Vec<&str> = run.previous.lines().collect();
+    let mut tail = lines[lines.len().saturating_sub(MAX_LINES)..].join("\n");
+    if tail.len() > MAX_BYTES {
+        let mut cut = tail.len() - MAX_BYTES;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail = tail[cut..].to_string();
+    }
+    (!tail.is_empty()).then_some(tail)
 }
 
 /// Whether the Hugging Face token `container` is given (its `HF_TOKEN`,
@@ -1465,6 +1498,54 @@ mod tests {
             "{}",
             kubelets.runs[&key].previous
         );
+    }
+
+    /// A hydration container given a token the Hub refuses exits with the
+    /// Hub's 401, and under `FallbackToLogsOnError` its last termination
+    /// carries the tail of its log (never the token).
+    #[test]
+    fn a_refused_token_fails_the_download_and_its_log_tail_is_the_termination_message() {
+        let script = "set -e\nhf download Qwen/Qwen3-8B --local-dir /mnt/artifact\n";
+        let pod = json!({ "metadata": { "name": "h", "namespace": "ml", "uid": "u-h" },
+            "spec": { "nodeName": "n1", "restartPolicy": "OnFailure", "containers": [{
+                "name": "hydrate", "image": "python:3.11-slim",
+                "command": ["/bin/sh", "-c", script],
+                "env": [{ "name": "HF_TOKEN", "valueFrom": { "secretKeyRef": { "name": "auth", "key": "HF_TOKEN" } } }],
+                "terminationMessagePolicy": "FallbackToLogsOnError" }] } });
+        let secret = json!({ "metadata": { "name": "auth", "namespace": "ml" },
+            "data": { "HF_TOKEN": "bm90LWEtdG9rZW4=" } });
+        let mut snapshot = Snapshot::default();
+        snapshot.change(Change::Apply(kinds::POD, pod));
+        snapshot.change(Change::Apply(kinds::SECRET, secret));
+        let world = World {
+            snapshot: &snapshot,
+            timestamp: "t",
+        };
+        let host = Host::new();
+        let (_spare, port) = spare_port();
+        let mut kubelets = Kubelets {
+            held_port: port,
+            ..Kubelets::default()
+        };
+        let mut status = Value::Null;
+        for second in 0..30 {
+            for write in kubelets
+                .step(&world, &host.at(Duration::from_secs(second * 100)))
+                .writes
+            {
+                if let Write::Status { status: s, .. } = write {
+                    status = s;
+                }
+            }
+        }
+        let last = &status["containerStatuses"][0]["lastState"]["terminated"];
+        assert_eq!(last["exitCode"], 1, "{status}");
+        let message = last["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("401 Client Error: Unauthorized"),
+            "{status}"
+        );
+        assert!(!message.contains("not-a-token"), "{message}");
     }
 
     #[test]
