@@ -329,6 +329,7 @@ fn a_node_not_ready_is_named_with_a_fresh_event(up: &Up) {
         .as_str()
         .expect("bound")
         .to_string();
+    let faulted = jiff::Timestamp::now();
     let printed = up.sim(&[
         "fault",
         "node-not-ready",
@@ -354,20 +355,27 @@ fn a_node_not_ready_is_named_with_a_fresh_event(up: &Up) {
         },
     );
     assert!(message.contains(&node), "{message}");
-    let latest = up.kubectl(&[
+    // The incident is recorded anew: an event naming the node, last seen
+    // after the fault began (not the old event, with its old timestamp).
+    let table = up.kubectl(&[
         "get",
         "events",
         "-n",
         "ml-team",
-        "--sort-by=.lastTimestamp",
         "--field-selector",
-        &format!("involvedObject.name={name}"),
+        &format!("involvedObject.name={name},reason=NodeNotReady"),
+        "-o",
+        "json",
     ]);
-    let last = latest.lines().last().unwrap_or_default().to_string();
-    assert!(
-        last.contains("NodeNotReady") && last.contains(&node),
-        "the newest event names the node: {latest}"
-    );
+    let events: Value = serde_json::from_str(&table).expect("events");
+    let fresh = items(&events).iter().any(|e| {
+        let seen = e["lastTimestamp"]
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+        e["message"].as_str().is_some_and(|m| m.contains(&node))
+            && seen.is_some_and(|t| t.as_second() >= faulted.as_second())
+    });
+    assert!(fresh, "an event since the fault names the node: {table}");
     up.sim(&["heal", &fault]);
     wait_for(
         "the replica serving again",
@@ -522,6 +530,92 @@ spec:
     zones: [us-east-2a]
 "#;
 
+/// Four nodes of eight H200s, and six replicas asking four each.
+const TP4_FLEET: &str = r#"
+apiVersion: modelplane.ai/v1alpha1
+kind: InferenceCluster
+metadata:
+  name: us-south
+  labels:
+    modelplane.ai/region: us-south
+spec:
+  cluster:
+    source: EKS
+    eks:
+      region: us-west-1
+  nodePools:
+  - name: h200
+    className: h200-8x
+    nodeCount: 4
+    zones: [us-west-1a]
+---
+apiVersion: modelplane.ai/v1alpha1
+kind: ModelDeployment
+metadata:
+  name: qwen3-tp4
+  namespace: race
+spec:
+  replicas: 6
+  template:
+    spec:
+      clusterSelector:
+        matchLabels:
+          modelplane.ai/region: us-south
+      engines:
+      - name: tp4
+        members:
+        - role: Standalone
+          nodeSelector:
+            devices:
+            - name: gpu
+              count: 4
+              selectors:
+              - cel: device.driver == "gpu.nvidia.com"
+          template:
+            spec:
+              containers:
+              - name: engine
+                image: vllm/vllm-openai:v0.23.0
+                args: ["--model=Qwen/Qwen3-8B", "--served-model-name=qwen3-tp4", "--tensor-parallel-size=4"]
+"#;
+
+/// Six TP4 replicas on four 8-GPU nodes: all six placed, bound by the
+/// cluster's own scheduler two to a node, and Ready.
+fn six_tp4_replicas_share_four_8_gpu_nodes(up: &Up) {
+    up.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "md/qwen3-tp4",
+        "-n",
+        "race",
+        "--timeout=240s",
+    ]);
+    let table = up.kubectl(&["get", "md", "qwen3-tp4", "-n", "race"]);
+    assert!(table.contains("6/6"), "{table}");
+    let pods: Value = serde_json::from_str(&up.kubectl_on(
+        "us-south",
+        &[
+            "get",
+            "pods",
+            "-n",
+            "race",
+            "-l",
+            "modelplane.ai/serving",
+            "-o",
+            "json",
+        ],
+    ))
+    .expect("pods");
+    let mut nodes: Vec<String> = items(&pods)
+        .iter()
+        .filter_map(|p| p["spec"]["nodeName"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(nodes.len(), 6, "six pods bound: {pods}");
+    nodes.sort();
+    nodes.dedup();
+    assert!(nodes.len() <= 4, "on the four nodes: {nodes:?}");
+}
+
 fn race_deployment(i: usize) -> String {
     format!(
         r#"
@@ -558,8 +652,9 @@ spec:
 
 /// Thirty deployments applied ten at a time, on one GPU each of a cluster
 /// of four 8-GPU nodes: watched, none turns Ready before its endpoint
-/// exists, none turns Ready and back; then the original's gated example
-/// stages with its token and serves.
+/// exists, none turns Ready and back; six TP4 replicas share another four
+/// nodes; then the original's gated example stages with its token and
+/// serves.
 #[test]
 fn deployments_are_ready_only_with_their_endpoints_and_the_gated_example_serves() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -568,6 +663,7 @@ fn deployments_are_ready_only_with_their_endpoints_and_the_gated_example_serves(
     up.wait_printed("example fleet applied", Duration::from_secs(60));
     up.apply(RACE_CLUSTER);
     up.apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: race\n");
+    up.apply(TP4_FLEET);
     wait_for("us-central ready", Duration::from_secs(120), || {
         is(&json(&up, &["get", "ic", "us-central"]), "Ready", "True").then_some(())
     });
@@ -582,6 +678,11 @@ fn deployments_are_ready_only_with_their_endpoints_and_the_gated_example_serves(
         let all = json(&up, &["get", "md", "-n", "race"]);
         let ready = items(&all)
             .iter()
+            .filter(|d| {
+                d["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("small-"))
+            })
             .filter(|d| is(d, "Ready", "True"))
             .count();
         (ready == 30).then_some(())
@@ -621,6 +722,7 @@ fn deployments_are_ready_only_with_their_endpoints_and_the_gated_example_serves(
             was_ready |= ready;
         }
     }
+    six_tp4_replicas_share_four_8_gpu_nodes(&up);
     the_gated_example_stages_with_its_token_and_serves(&up);
 }
 
@@ -667,23 +769,8 @@ fn the_gated_example_stages_with_its_token_and_serves(up: &Up) {
     wait_for("eks-coder ready", Duration::from_secs(120), || {
         is(&json(up, &["get", "ic", "eks-coder"]), "Ready", "True").then_some(())
     });
-    // While the Job retries, its pod's log says why; then the Job fails
-    // (backoffLimit 3) and the cache's status says so.
-    let logs = wait_for("the Job's log says why", Duration::from_secs(300), || {
-        let logs = up.kubectl_on(
-            "eks-coder",
-            &[
-                "logs",
-                "-n",
-                "ml-team",
-                "-l",
-                "modelplane.ai/modelcache=qwen3-coder",
-                "--tail=20",
-            ],
-        );
-        logs.contains("401").then_some(logs)
-    });
-    assert!(!logs.contains("not-a-token"), "the token is never logged");
+    // The Job retries, then fails (backoffLimit 3) and deletes its pod: the
+    // cache's status and an event keep what its download said.
     let refused = wait_for("the refused token said", Duration::from_secs(300), || {
         let cache = json(up, &["get", "mc", "qwen3-coder", "-n", "ml-team"]);
         condition(&cache, "ArtifactReady")
@@ -691,7 +778,24 @@ fn the_gated_example_stages_with_its_token_and_serves(up: &Up) {
             .and_then(|c| c["message"].as_str().map(str::to_string))
             .filter(|m| m.contains("eks-coder"))
     });
-    assert!(refused.contains("failed on"), "{refused}");
+    assert!(
+        refused.contains("failed on") && refused.contains("401 Client Error: Unauthorized"),
+        "{refused}"
+    );
+    let events = up.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "ml-team",
+        "--field-selector",
+        "involvedObject.name=qwen3-coder,reason=HydrationFailed",
+    ]);
+    assert!(events.contains("401 Client Error"), "{events}");
+    let log =
+        std::fs::read_to_string(up.kubeconfig.with_file_name("modelplane.log")).unwrap_or_default();
+    for said in [&refused, &events, &log] {
+        assert!(!said.contains("not-a-token"), "the token is never said");
+    }
     // A good token: a new hydration Job runs with it (the failed one
     // goes), and the cache stages.
     secret("hf_example_token");
