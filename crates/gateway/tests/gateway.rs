@@ -119,6 +119,20 @@ impl Harness {
     }
 }
 
+/// Waits for `check` to hold, trying every 10 ms for up to 30 s (generous:
+/// the tests share two cores with every other suite).
+async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn engine(model: &str) -> EngineHandle {
     EngineHandle::start(EngineConfig {
         model: model.into(),
@@ -483,13 +497,17 @@ async fn every_error_has_its_status_and_openai_shape() {
         );
         assert!(error["error"]["type"].is_string());
     }
-    // After repeated connect failures the dead endpoint is ejected: 503 at once.
-    let started = Instant::now();
+    // After repeated connect failures the dead endpoint is ejected, and
+    // still answered with a 503 (never a hang or a dropped connection).
+    for _ in 0..3 {
+        harness.chat("gone").await;
+    }
+    assert!(ejected(&harness, "ml/g0"), "the dead endpoint is out");
+    let (status, error) = harness.chat("gone").await;
     assert_eq!(
-        harness.chat("gone").await.0,
-        StatusCode::SERVICE_UNAVAILABLE
+        (status, error["error"]["code"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("no_healthy_endpoint"))
     );
-    assert!(started.elapsed() < Duration::from_millis(100));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -648,17 +666,21 @@ async fn external_endpoints_take_over_when_no_composed_one_is_healthy() {
         "the provider waits while ours is healthy"
     );
     own.kill();
-    // The kernel closes the dead engine's connections; once the gateway has
-    // seen that (a moment), nothing is written to them: a request written to
-    // a connection that then turns out reset is not replayed, as the engine
-    // might have read it.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The kernel closes the dead engine's connections; until the gateway
+    // has seen that, a request written to one of them fails and is not
+    // replayed, as the engine might have read it. Once a request has gone
+    // to the provider, the dead engine's pooled connections are gone.
+    wait_until("a request served by the provider", || async {
+        harness.chat("m").await.0 == StatusCode::OK && served(&provider) > 0
+    })
+    .await;
+    let before = served(&provider);
     let statuses = load_run(&harness, "m", 200, 4).await;
     assert!(
         statuses.iter().all(|s| *s == StatusCode::OK),
         "connect failures were retried on the provider"
     );
-    assert_eq!(served(&provider), 200);
+    assert_eq!(served(&provider) - before, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -889,9 +911,38 @@ impl ScriptedEngine {
 
 const BUSY: &str = "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}";
 
+const TOO_MANY: &str =
+    "HTTP/1.1 429 Too Many Requests\r\nretry-after: 2\r\ncontent-length: 2\r\n\r\n{}";
+
+const BROKEN: &str = "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\n\r\n{}";
+
+/// The counter of ejections, as the gateway exports it.
+const EJECTIONS: &str = "modelplane_gateway_endpoint_ejections_total";
+
+/// Whether `endpoint` of `harness`'s table is ejected now.
+fn ejected(harness: &Harness, endpoint: &str) -> bool {
+    let now = harness.gateway.now_ms();
+    harness
+        .gateway
+        .table()
+        .endpoints()
+        .iter()
+        .find(|e| e.id == endpoint)
+        .unwrap_or_else(|| panic!("{endpoint} in the table"))
+        .state
+        .ejected_until
+        .load(Ordering::Relaxed)
+        > now
+}
+
 /// A service of two endpoints, one always answering 503, and its gateway.
 async fn busy_and_good() -> (ScriptedEngine, EngineHandle, Harness) {
-    let busy = ScriptedEngine::start(BUSY, false).await;
+    busy_with(BUSY).await
+}
+
+/// A service of two endpoints, one always answering `reply`, and its gateway.
+async fn busy_with(reply: &'static str) -> (ScriptedEngine, EngineHandle, Harness) {
+    let busy = ScriptedEngine::start(reply, false).await;
     let good = engine("m");
     let objects = objects(vec![
         service("ml", "m", &[(1, "g")]),
@@ -905,16 +956,244 @@ async fn busy_and_good() -> (ScriptedEngine, EngineHandle, Harness) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_engine_is_backpressure_never_ejected_and_the_request_goes_elsewhere() {
     let _serial = SERIAL.lock().await;
-    let (busy, _good, harness) = busy_and_good().await;
-    for _ in 0..50 {
-        let (status, body) = harness.chat("m").await;
-        assert_eq!(status, StatusCode::OK, "{body}");
+    for reply in [BUSY, TOO_MANY] {
+        let (busy, _good, harness) = busy_with(reply).await;
+        for _ in 0..50 {
+            let (status, body) = harness.chat("m").await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+        }
+        assert!(
+            !ejected(&harness, "ml/busy"),
+            "a busy engine is in rotation"
+        );
+        let metrics = harness.gateway.metrics().encode();
+        assert!(
+            !metrics.contains(&format!("{EJECTIONS}{{endpoint=\"ml/busy\"}}")),
+            "a busy engine is not ejected:\n{metrics}"
+        );
+        assert!(busy.received() >= 10, "the busy engine was tried");
     }
-    assert!(busy.received() > 0, "the busy engine was tried");
+}
+
+/// An engine whose `/health` answers 200 or 500 as told, and every other
+/// request 200; it counts both, and remembers the paths it was probed on.
+struct ProbedEngine {
+    addr: SocketAddr,
+    healthy: Arc<std::sync::atomic::AtomicBool>,
+    probes: Arc<std::sync::Mutex<Vec<String>>>,
+    requests: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl ProbedEngine {
+    async fn start() -> ProbedEngine {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let engine = ProbedEngine {
+            addr: listener.local_addr().expect("addr"),
+            healthy: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            probes: Arc::default(),
+            requests: Arc::default(),
+        };
+        let (healthy, probes, requests) = (
+            engine.healthy.clone(),
+            engine.probes.clone(),
+            engine.requests.clone(),
+        );
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let (healthy, probes, requests) =
+                    (healthy.clone(), probes.clone(), requests.clone());
+                tokio::spawn(async move {
+                    let mut socket = BufReader::new(socket);
+                    loop {
+                        // The request line and head; bodies by Content-Length.
+                        let mut head = Vec::new();
+                        loop {
+                            let mut line = String::new();
+                            match socket.read_line(&mut line).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(_) if line == "\r\n" => break,
+                                Ok(_) => head.push(line.to_ascii_lowercase()),
+                            }
+                        }
+                        let path = head
+                            .first()
+                            .and_then(|l| l.split_whitespace().nth(1))
+                            .unwrap_or_default()
+                            .to_string();
+                        let length = head
+                            .iter()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        let mut body = vec![0u8; length];
+                        if tokio::io::AsyncReadExt::read_exact(&mut socket, &mut body)
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        let status = if path.ends_with("/health") {
+                            probes.lock().expect("probes").push(path);
+                            if healthy.load(Ordering::SeqCst) {
+                                "200 OK"
+                            } else {
+                                "500 Internal Server Error"
+                            }
+                        } else {
+                            requests.fetch_add(1, Ordering::SeqCst);
+                            "200 OK"
+                        };
+                        let reply = format!(
+                            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+                        );
+                        if socket.get_mut().write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        engine
+    }
+
+    fn probes(&self) -> Vec<String> {
+        self.probes.lock().expect("probes").clone()
+    }
+
+    fn requests(&self) -> usize {
+        self.requests.load(Ordering::SeqCst)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_health_checks_take_an_endpoint_out_until_one_passes() {
+    let _serial = SERIAL.lock().await;
+    let (sick, good) = (ProbedEngine::start().await, engine("m"));
+    sick.healthy.store(false, Ordering::SeqCst);
+    let mut sick_endpoint = endpoint("ml", "sick", "g", sick.addr);
+    sick_endpoint["spec"]["rewritePath"] = json!("/ml/sick/");
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        sick_endpoint,
+        endpoint("ml", "good", "g", good.addr),
+    ]);
+    let config = GatewayConfig {
+        health_interval: Duration::from_millis(50),
+        ..GatewayConfig::default()
+    };
+    assert_eq!(
+        GatewayConfig::default().health_interval,
+        Duration::from_secs(5),
+        "the documented interval"
+    );
+    let harness = Harness::start(config, &objects).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut wait = stopped.clone();
+    tokio::spawn(modelplane_gateway::health::run(
+        harness.gateway.clone(),
+        async move {
+            let _ = wait.wait_for(|s| *s).await;
+        },
+    ));
+    // Three failed checks in a row, below the endpoint's rewrite path: out
+    // (a fourth has started, so the third's answer was taken in).
+    wait_until("three failed checks", || async { sick.probes().len() >= 4 }).await;
+    assert!(
+        sick.probes().iter().all(|p| p == "/ml/sick/health"),
+        "probed below its rewrite path: {:?}",
+        sick.probes()
+    );
+    let before = sick.requests();
+    for _ in 0..40 {
+        assert_eq!(harness.chat("m").await.0, StatusCode::OK);
+    }
+    assert_eq!(
+        sick.requests(),
+        before,
+        "nothing sent to an endpoint failing its checks"
+    );
+    assert!(
+        harness
+            .gateway
+            .metrics()
+            .encode()
+            .contains("modelplane_gateway_probe_failures_total{endpoint=\"ml/sick\"}"),
+        "the failed checks counted"
+    );
+    // The first check that passes brings it back.
+    sick.healthy.store(true, Ordering::SeqCst);
+    let probed = sick.probes().len();
+    wait_until("a passing check", || async {
+        sick.probes().len() > probed + 1
+    })
+    .await;
+    for _ in 0..40 {
+        assert_eq!(harness.chat("m").await.0, StatusCode::OK);
+    }
+    assert!(
+        sick.requests() > before,
+        "back in rotation once a check passed"
+    );
+    let _ = stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_engine_is_ejected_for_a_backoff_that_doubles_up_to_the_cap() {
+    let _serial = SERIAL.lock().await;
+    // The documented lengths: 1 s, doubling, at most 30 s.
+    let defaults = GatewayConfig::default();
+    assert_eq!(
+        (
+            defaults.eject_after,
+            defaults.base_ejection,
+            defaults.max_ejection
+        ),
+        (3, Duration::from_secs(1), Duration::from_secs(30))
+    );
+    // The same rule at a hundredth of the scale, so the test does not wait
+    // a minute: 10 ms doubling, at most 300 ms.
+    let config = GatewayConfig {
+        base_ejection: Duration::from_millis(10),
+        max_ejection: Duration::from_millis(300),
+        ..GatewayConfig::default()
+    };
+    let broken = ScriptedEngine::start(BROKEN, false).await;
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "broken", "g", broken.addr),
+    ]);
+    let harness = Harness::start(config, &objects).await;
+    let state = harness.gateway.table().endpoints()[0].state.clone();
+    let mut lengths = Vec::new();
+    for round in 0..7 {
+        // Wait out the last ejection, then fail three times in a row: the
+        // ejection starts between the clock readings around them, so its
+        // length lies between what is left of it after each.
+        while state.ejected_until.load(Ordering::Relaxed) > harness.gateway.now_ms() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let before = harness.gateway.now_ms();
+        for _ in 0..3 {
+            assert_eq!(harness.chat("m").await.0, StatusCode::INTERNAL_SERVER_ERROR);
+        }
+        let after = harness.gateway.now_ms();
+        let until = state.ejected_until.load(Ordering::Relaxed);
+        assert!(until > after, "round {round}: ejected after three failures");
+        let expected = (10u64 << round).min(300);
+        assert!(
+            until - after <= expected && expected <= until - before,
+            "round {round}: ejected until {until} for {expected} ms, failed between {before} and {after}"
+        );
+        lengths.push(expected);
+    }
+    assert_eq!(lengths, [10, 20, 40, 80, 160, 300, 300]);
     let metrics = harness.gateway.metrics().encode();
     assert!(
-        !metrics.contains("modelplane_gateway_ejections_total{endpoint=\"ml/busy\"}"),
-        "a busy engine is not ejected:\n{metrics}"
+        metrics.contains(&format!("{EJECTIONS}{{endpoint=\"ml/broken\"}} 7\n")),
+        "seven ejections counted:\n{metrics}"
     );
 }
 
@@ -939,7 +1218,6 @@ async fn a_busy_answer_on_a_service_prefix_is_retried_elsewhere_too() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failures_never_eject_more_than_the_allowed_share_of_a_group() {
     let _serial = SERIAL.lock().await;
-    const BROKEN: &str = "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 2\r\n\r\n{}";
     let (a, b) = (
         ScriptedEngine::start(BROKEN, false).await,
         ScriptedEngine::start(BROKEN, false).await,
@@ -1086,8 +1364,6 @@ async fn slow_clients_huge_heads_and_too_many_connections_are_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_answer_reaches_the_client_when_no_other_endpoint_is_left() {
     let _serial = SERIAL.lock().await;
-    const TOO_MANY: &str =
-        "HTTP/1.1 429 Too Many Requests\r\nretry-after: 2\r\ncontent-length: 2\r\n\r\n{}";
     let busy = ScriptedEngine::start(TOO_MANY, false).await;
     let objects = objects(vec![
         service("ml", "m", &[(1, "g")]),
