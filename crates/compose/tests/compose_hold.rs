@@ -6,10 +6,10 @@
 //! keeps every existing child). Only a change of spec may drop a child.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use modelplane_api::types::{
-    CachePhase, CloudClusterStatus, InferenceClass, InferenceCluster, ModelCache, ModelDeployment,
-    ServingStack,
+    CloudClusterStatus, InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ServingStack,
 };
 use modelplane_compose::{
     CacheInputs, CacheLookup, ClusterInputs, Composition, DeploymentInputs, StackInputs, Staging,
@@ -28,11 +28,18 @@ fn wanted(c: &Composition) -> BTreeSet<String> {
         .collect()
 }
 
+/// Checks the hold rule for one case, counting in `tally` whether its first
+/// composition wanted something (a case that wanted nothing exercises
+/// nothing).
 fn still_held(
     before: &Composition,
     after: &Composition,
     removed: &str,
+    tally: &Tally,
 ) -> Result<(), TestCaseError> {
+    if !before.desired.is_empty() {
+        tally.composed.fetch_add(1, Ordering::Relaxed);
+    }
     if after.hold {
         return Ok(());
     }
@@ -42,6 +49,33 @@ fn still_held(
         "removing {removed} dropped {lost:?} without holding"
     );
     Ok(())
+}
+
+/// How many cases a property ran, and how many of them composed something.
+#[derive(Default)]
+struct Tally {
+    cases: AtomicUsize,
+    composed: AtomicUsize,
+}
+
+impl Tally {
+    fn case(&self) {
+        self.cases.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Asserts that at least `percent` of the cases composed something, so
+    /// a property cannot pass on inputs that never reach the hold rule.
+    fn exercised(&self, property: &str, percent: usize) {
+        let (cases, composed) = (
+            self.cases.load(Ordering::Relaxed),
+            self.composed.load(Ordering::Relaxed),
+        );
+        println!("{property}: {composed} of {cases} cases composed something");
+        assert!(
+            cases > 0 && composed * 100 >= cases * percent,
+            "{property}: {composed} of {cases} generated cases composed anything (at least {percent} % wanted)"
+        );
+    }
 }
 
 /// A generated platform: classes for one cloud, one cluster using some of
@@ -164,69 +198,79 @@ fn cluster_loss() -> impl Strategy<Value = ClusterLoss> {
     ]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
+#[test]
+fn a_cluster_keeps_its_children_when_an_observed_input_goes_missing() {
+    let tally = Tally::default();
+    proptest!(ProptestConfig { cases: 4000, ..ProptestConfig::default() }, |(p in platform(), loss in cluster_loss())| {
+        tally.case();
+            let classes: Vec<InferenceClass> = p.classes.iter().map(|c| class(c, p.source)).collect();
+            let ic = inference_cluster(&p);
+            let status = cloud_status();
+            let first = compose_inference_cluster(ClusterInputs {
+                cluster: &ic, classes: &classes, hosted_replicas: 1,
+                cloud_cluster: Some(&status), serving_stack: None,
+            });
+            let stack = observed_stack(&first);
+            let inputs = ClusterInputs {
+                cluster: &ic, classes: &classes, hosted_replicas: 1,
+                cloud_cluster: Some(&status), serving_stack: stack.as_ref(),
+            };
+            let before = compose_inference_cluster(inputs);
+            let mut fewer_classes = classes.clone();
+            let mut damaged = status.clone();
+            let after = match loss {
+                ClusterLoss::Class(i) => {
+                    fewer_classes.retain(|c| c.metadata.name.as_deref() != Some(p.classes[i % p.classes.len()].as_str()));
+                    compose_inference_cluster(ClusterInputs { classes: &fewer_classes, ..inputs })
+                }
+                ClusterLoss::CloudStatus => compose_inference_cluster(ClusterInputs { cloud_cluster: None, ..inputs }),
+                ClusterLoss::CloudSecrets => {
+                    damaged.secrets = None;
+                    compose_inference_cluster(ClusterInputs { cloud_cluster: Some(&damaged), ..inputs })
+                }
+                ClusterLoss::CloudNotReady => {
+                    damaged.conditions = None;
+                    compose_inference_cluster(ClusterInputs { cloud_cluster: Some(&damaged), ..inputs })
+                }
+                ClusterLoss::StorageClass => {
+                    damaged.cache = None;
+                    compose_inference_cluster(ClusterInputs { cloud_cluster: Some(&damaged), ..inputs })
+                }
+                ClusterLoss::ServingStack => compose_inference_cluster(ClusterInputs { serving_stack: None, ..inputs }),
+            };
+            still_held(&before, &after, &format!("{loss:?}"), &tally)?;
+    });
+    tally.exercised(
+        "a_cluster_keeps_its_children_when_an_observed_input_goes_missing",
+        90,
+    );
+}
 
-    #[test]
-    fn a_cluster_keeps_its_children_when_an_observed_input_goes_missing(
-        p in platform(), loss in cluster_loss(),
-    ) {
-        let classes: Vec<InferenceClass> = p.classes.iter().map(|c| class(c, p.source)).collect();
-        let ic = inference_cluster(&p);
-        let status = cloud_status();
-        let first = compose_inference_cluster(ClusterInputs {
-            cluster: &ic, classes: &classes, hosted_replicas: 1,
-            cloud_cluster: Some(&status), serving_stack: None,
-        });
-        let stack = observed_stack(&first);
-        let inputs = ClusterInputs {
-            cluster: &ic, classes: &classes, hosted_replicas: 1,
-            cloud_cluster: Some(&status), serving_stack: stack.as_ref(),
-        };
-        let before = compose_inference_cluster(inputs);
-        let mut fewer_classes = classes.clone();
-        let mut damaged = status.clone();
-        let after = match loss {
-            ClusterLoss::Class(i) => {
-                fewer_classes.retain(|c| c.metadata.name.as_deref() != Some(p.classes[i % p.classes.len()].as_str()));
-                compose_inference_cluster(ClusterInputs { classes: &fewer_classes, ..inputs })
-            }
-            ClusterLoss::CloudStatus => compose_inference_cluster(ClusterInputs { cloud_cluster: None, ..inputs }),
-            ClusterLoss::CloudSecrets => {
-                damaged.secrets = None;
-                compose_inference_cluster(ClusterInputs { cloud_cluster: Some(&damaged), ..inputs })
-            }
-            ClusterLoss::CloudNotReady => {
-                damaged.conditions = None;
-                compose_inference_cluster(ClusterInputs { cloud_cluster: Some(&damaged), ..inputs })
-            }
-            ClusterLoss::StorageClass => {
-                damaged.cache = None;
-                compose_inference_cluster(ClusterInputs { cloud_cluster: Some(&damaged), ..inputs })
-            }
-            ClusterLoss::ServingStack => compose_inference_cluster(ClusterInputs { serving_stack: None, ..inputs }),
-        };
-        still_held(&before, &after, &format!("{loss:?}"))?;
-    }
-
-    #[test]
-    fn a_serving_stack_keeps_its_releases_when_its_provider_configs_are_not_seen(p in platform()) {
-        let classes: Vec<InferenceClass> = p.classes.iter().map(|c| class(c, p.source)).collect();
-        let ic = inference_cluster(&p);
-        let status = cloud_status();
-        let first = compose_inference_cluster(ClusterInputs {
-            cluster: &ic, classes: &classes, hosted_replicas: 1,
-            cloud_cluster: Some(&status), serving_stack: None,
-        });
-        let Some(ss) = observed_stack(&first) else { return Ok(()) };
-        let recipe = recipes::all().first().expect("a recipe");
-        let inputs = StackInputs {
-            serving_stack: &ss, recipe, provider_configs_observed: true, gateway_address: Some("203.0.113.10"),
-        };
-        let before = compose_serving_stack(inputs);
-        let after = compose_serving_stack(StackInputs { provider_configs_observed: false, ..inputs });
-        still_held(&before, &after, "the provider configs")?;
-    }
+#[test]
+fn a_serving_stack_keeps_its_releases_when_its_provider_configs_are_not_seen() {
+    let tally = Tally::default();
+    proptest!(ProptestConfig { cases: 4000, ..ProptestConfig::default() }, |(p in platform())| {
+        tally.case();
+            let classes: Vec<InferenceClass> = p.classes.iter().map(|c| class(c, p.source)).collect();
+            let ic = inference_cluster(&p);
+            let status = cloud_status();
+            let first = compose_inference_cluster(ClusterInputs {
+                cluster: &ic, classes: &classes, hosted_replicas: 1,
+                cloud_cluster: Some(&status), serving_stack: None,
+            });
+            let Some(ss) = observed_stack(&first) else { return Ok(()) };
+            let recipe = recipes::all().first().expect("a recipe");
+            let inputs = StackInputs {
+                serving_stack: &ss, recipe, provider_configs_observed: true, gateway_address: Some("203.0.113.10"),
+            };
+            let before = compose_serving_stack(inputs);
+            let after = compose_serving_stack(StackInputs { provider_configs_observed: false, ..inputs });
+            still_held(&before, &after, "the provider configs", &tally)?;
+    });
+    tally.exercised(
+        "a_serving_stack_keeps_its_releases_when_its_provider_configs_are_not_seen",
+        90,
+    );
 }
 
 /// Clusters for caches and deployments, as the control plane publishes them.
@@ -285,44 +329,45 @@ fn cache_loss() -> impl Strategy<Value = CacheLoss> {
     ]
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
-
-    #[test]
-    fn a_cache_keeps_its_volumes_when_a_cluster_is_briefly_unreadable(
-        n in 1usize..6, gated in any::<bool>(), selector in any::<bool>(),
-        staged in prop::collection::vec(any::<bool>(), 6), loss in cache_loss(),
-    ) {
-        let clusters = fleet(n);
-        let mc = cache(gated, selector);
-        let observed: BTreeMap<String, Staging> = clusters
-            .iter()
-            .zip(&staged)
-            .map(|(c, s)| (c.metadata.name.clone().unwrap_or_default(),
-                Staging { pvc_observed: true, pvc_bound: true, job_complete: *s, job_failed: false }))
-            .collect();
-        let previous: BTreeMap<String, CachePhase> = BTreeMap::new();
-        let token = if gated { Token::Found("dG9rZW4=") } else { Token::NotNeeded };
-        let inputs = CacheInputs {
-            cache: &mc, clusters: Some(&clusters), token, observed: &observed, previous: &previous, was_ready: false,
-        };
-        let before = compose_model_cache(inputs);
-        let mut damaged = clusters.clone();
-        let after = match loss {
-            CacheLoss::ClusterStatus(i) => {
-                damaged[i % n].status = None;
-                compose_model_cache(CacheInputs { clusters: Some(&damaged), ..inputs })
-            }
-            CacheLoss::StorageClass(i) => {
-                if let Some(s) = damaged[i % n].status.as_mut() { s.cache = None; }
-                compose_model_cache(CacheInputs { clusters: Some(&damaged), ..inputs })
-            }
-            CacheLoss::ClusterList => compose_model_cache(CacheInputs { clusters: None, ..inputs }),
-            CacheLoss::Token if gated => compose_model_cache(CacheInputs { token: Token::Unresolved, ..inputs }),
-            CacheLoss::Token => return Ok(()),
-        };
-        still_held(&before, &after, &format!("{loss:?}"))?;
-    }
+#[test]
+fn a_cache_keeps_its_volumes_when_a_cluster_is_briefly_unreadable() {
+    let tally = Tally::default();
+    proptest!(ProptestConfig { cases: 4000, ..ProptestConfig::default() }, |(n in 1usize..6, gated in any::<bool>(), selector in any::<bool>(), staged in prop::collection::vec(any::<bool>(), 6), loss in cache_loss())| {
+        tally.case();
+            let clusters = fleet(n);
+            let mc = cache(gated, selector);
+            let observed: BTreeMap<String, Staging> = clusters
+                .iter()
+                .zip(&staged)
+                .map(|(c, s)| (c.metadata.name.clone().unwrap_or_default(),
+                    Staging { pvc_observed: true, pvc_bound: true, job_complete: *s, ..Staging::default() }))
+                .collect();
+            let previous = Vec::new();
+            let token = if gated { Token::Found("dG9rZW4=") } else { Token::NotNeeded };
+            let inputs = CacheInputs {
+                cache: &mc, clusters: Some(&clusters), token, observed: &observed, previous: &previous, was_ready: false,
+            };
+            let before = compose_model_cache(inputs);
+            let mut damaged = clusters.clone();
+            let after = match loss {
+                CacheLoss::ClusterStatus(i) => {
+                    damaged[i % n].status = None;
+                    compose_model_cache(CacheInputs { clusters: Some(&damaged), ..inputs })
+                }
+                CacheLoss::StorageClass(i) => {
+                    if let Some(s) = damaged[i % n].status.as_mut() { s.cache = None; }
+                    compose_model_cache(CacheInputs { clusters: Some(&damaged), ..inputs })
+                }
+                CacheLoss::ClusterList => compose_model_cache(CacheInputs { clusters: None, ..inputs }),
+                CacheLoss::Token if gated => compose_model_cache(CacheInputs { token: Token::Unresolved, ..inputs }),
+                CacheLoss::Token => return Ok(()),
+            };
+            still_held(&before, &after, &format!("{loss:?}"), &tally)?;
+    });
+    tally.exercised(
+        "a_cache_keeps_its_volumes_when_a_cluster_is_briefly_unreadable",
+        75,
+    );
 }
 
 fn deployment(replicas: i64, cached: bool) -> ModelDeployment {
@@ -367,46 +412,48 @@ fn views(clusters: &[InferenceCluster]) -> Vec<Cluster> {
         .collect()
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
-
-    #[test]
-    fn a_deployment_keeps_its_replicas_when_a_cluster_or_its_cache_goes_unseen(
-        n in 1usize..6, replicas in 1i64..6, cached in any::<bool>(), loss in deployment_loss(),
-    ) {
-        let clusters = fleet(n);
-        let md = deployment(replicas, cached);
-        let mc = cache(false, false);
-        let lookup = if cached { CacheLookup::Present(&mc) } else { CacheLookup::NotReferenced };
-        let fleet_views = views(&clusters);
-        let ready = BTreeSet::new();
-        let none: Vec<ExistingReplica> = Vec::new();
-        // First pass: place; then the placed replicas exist.
-        let first = compose_model_deployment(DeploymentInputs {
-            deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &none, ready: &ready, routed: &BTreeSet::new(),
-        });
-        let existing: Vec<ExistingReplica> = first
-            .desired
-            .iter()
-            .filter(|d| d.kind() == "ModelReplica")
-            .map(|d| ExistingReplica::from_resource(&serde_json::from_value(d.object.clone()).expect("typed")))
-            .collect();
-        let inputs = DeploymentInputs {
-            deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &existing, ready: &ready, routed: &BTreeSet::new(),
-        };
-        let before = compose_model_deployment(inputs);
-        let mut damaged = clusters.clone();
-        let damaged_views;
-        let after = match loss {
-            DeploymentLoss::ClusterStatus(i) => {
-                damaged[i % n].status = None;
-                damaged_views = views(&damaged);
-                compose_model_deployment(DeploymentInputs { clusters: Some(&damaged_views), ..inputs })
-            }
-            DeploymentLoss::ClusterList => compose_model_deployment(DeploymentInputs { clusters: None, ..inputs }),
-            DeploymentLoss::Cache if cached => compose_model_deployment(DeploymentInputs { cache: CacheLookup::Unresolved, ..inputs }),
-            DeploymentLoss::Cache => return Ok(()),
-        };
-        still_held(&before, &after, &format!("{loss:?}"))?;
-    }
+#[test]
+fn a_deployment_keeps_its_replicas_when_a_cluster_or_its_cache_goes_unseen() {
+    let tally = Tally::default();
+    proptest!(ProptestConfig { cases: 3000, ..ProptestConfig::default() }, |(n in 1usize..6, replicas in 1i64..6, cached in any::<bool>(), loss in deployment_loss())| {
+        tally.case();
+            let clusters = fleet(n);
+            let md = deployment(replicas, cached);
+            let mc = cache(false, false);
+            let lookup = if cached { CacheLookup::Present(&mc) } else { CacheLookup::NotReferenced };
+            let fleet_views = views(&clusters);
+            let ready = BTreeSet::new();
+            let none: Vec<ExistingReplica> = Vec::new();
+            // First pass: place; then the placed replicas exist.
+            let first = compose_model_deployment(DeploymentInputs {
+                deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &none, ready: &ready, routed: &BTreeSet::new(),
+            });
+            let existing: Vec<ExistingReplica> = first
+                .desired
+                .iter()
+                .filter(|d| d.kind() == "ModelReplica")
+                .map(|d| ExistingReplica::from_resource(&serde_json::from_value(d.object.clone()).expect("typed")))
+                .collect();
+            let inputs = DeploymentInputs {
+                deployment: &md, cache: lookup, clusters: Some(&fleet_views), replicas: &existing, ready: &ready, routed: &BTreeSet::new(),
+            };
+            let before = compose_model_deployment(inputs);
+            let mut damaged = clusters.clone();
+            let damaged_views;
+            let after = match loss {
+                DeploymentLoss::ClusterStatus(i) => {
+                    damaged[i % n].status = None;
+                    damaged_views = views(&damaged);
+                    compose_model_deployment(DeploymentInputs { clusters: Some(&damaged_views), ..inputs })
+                }
+                DeploymentLoss::ClusterList => compose_model_deployment(DeploymentInputs { clusters: None, ..inputs }),
+                DeploymentLoss::Cache if cached => compose_model_deployment(DeploymentInputs { cache: CacheLookup::Unresolved, ..inputs }),
+                DeploymentLoss::Cache => return Ok(()),
+            };
+            still_held(&before, &after, &format!("{loss:?}"), &tally)?;
+    });
+    tally.exercised(
+        "a_deployment_keeps_its_replicas_when_a_cluster_or_its_cache_goes_unseen",
+        70,
+    );
 }
