@@ -207,9 +207,18 @@ async fn send(
     )
 }
 
+/// The ConfigMap `c` the corpus's paths name.
+fn config_map() -> Vec<u8> {
+    json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" }, "data": { "k": "v" } })
+        .to_string()
+        .into_bytes()
+}
+
+/// The CRDs and the ConfigMap `c`, each created (so the corpus reaches
+/// existing objects and CRD kinds, not only 404s).
 async fn seed(server: &Arc<ApiServer>) {
     for crd in modelplane_api::crds::all_crds() {
-        send(
+        let (code, answer) = send(
             server,
             "POST",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -217,16 +226,10 @@ async fn seed(server: &Arc<ApiServer>) {
             crd.to_string().into_bytes(),
         )
         .await;
+        assert_eq!(code, StatusCode::CREATED, "{answer}");
     }
-    let cm = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "c" }, "data": { "k": "v" } });
-    send(
-        server,
-        "POST",
-        PATHS[0],
-        "application/json",
-        cm.to_string().into_bytes(),
-    )
-    .await;
+    let (code, answer) = send(server, "POST", PATHS[0], "application/json", config_map()).await;
+    assert_eq!(code, StatusCode::CREATED, "{answer}");
 }
 
 fn cases() -> u32 {
@@ -337,18 +340,23 @@ fn arbitrary_bodies_over_tcp_and_through_kubectl_get_a_status_never_a_dropped_co
             .expect("request");
         runtime.block_on(client.send(request.map(Into::into)))
     };
-    let _ = seed(
+    let created = |method: &str, path: &str, body: Vec<u8>| {
+        let response = seed(method, path, body).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(response.status(), StatusCode::CREATED, "{method} {path}");
+    };
+    created(
         "POST",
         "/api/v1/namespaces",
         br#"{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns"}}"#.to_vec(),
     );
     for crd in modelplane_api::crds::all_crds() {
-        let _ = seed(
+        created(
             "POST",
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
             crd.to_string().into_bytes(),
         );
     }
+    created("POST", PATHS[0], config_map());
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
         cases: cases() / 4,
         ..ProptestConfig::default()
@@ -423,5 +431,6 @@ fn arbitrary_bodies_over_tcp_and_through_kubectl_get_a_status_never_a_dropped_co
             Ok(())
         })
         .expect("every body through kubectl answered with a Status");
-    let _ = stop.send(());
+    stop.send(())
+        .expect("the server still running to be stopped");
 }
