@@ -4,6 +4,8 @@
 //! without the token get 401,
 //! and objects survive a restart after SIGKILL.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -277,20 +279,9 @@ fn kubectl_reads_and_writes_through_the_written_kubeconfig_and_data_survives_sig
     );
 }
 
-/// The kubectl versions the tests drive: 1.27 (the oldest supported, which
-/// validates against `/openapi/v2` and sends JSON) and 1.33 (OpenAPI v3,
-/// protobuf bodies), else the one on the PATH.
-fn versions() -> Vec<PathBuf> {
-    let sdk: Vec<PathBuf> = ["1.27", "1.33"]
-        .iter()
-        .filter_map(|v| sdk_kubectl(v))
-        .collect();
-    if sdk.is_empty() { vec![kubectl()] } else { sdk }
-}
-
 #[test]
 fn kubectl_applies_the_crds_then_the_examples_and_gets_scales_explains_them() {
-    for binary in versions() {
+    for binary in common::kubectl_versions() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = Server::start(&dir.path().join("data")).driven_by(&binary);
         apply_get_scale_explain(&server, dir.path());
@@ -636,12 +627,6 @@ fn apply_get_scale_explain(server: &Server, dir: &Path) {
     assert_eq!(out, "6");
 }
 
-/// kubectl `version` (1.27, 1.33) from the Google Cloud SDK, if installed.
-fn sdk_kubectl(version: &str) -> Option<PathBuf> {
-    let path = PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}"));
-    path.exists().then_some(path)
-}
-
 #[test]
 fn kubectl_of_two_versions_works_in_two_logical_clusters_each_seeing_only_its_own() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -675,11 +660,7 @@ fn kubectl_of_two_versions_works_in_two_logical_clusters_each_seeing_only_its_ow
         ]
     );
 
-    let binaries: Vec<PathBuf> = ["1.27", "1.33"]
-        .iter()
-        .filter_map(|v| sdk_kubectl(v))
-        .chain(std::iter::once(kubectl()))
-        .collect();
+    let binaries = common::kubectl_versions();
     for (i, binary) in binaries.iter().enumerate() {
         let in_cluster = |cluster: &str, args: &[&str]| {
             let out = Command::new(binary)
@@ -864,7 +845,7 @@ fn normalized(object: &str, name: &str) -> serde_json::Value {
 
 #[test]
 fn kubectl_generators_of_both_versions_create_what_the_same_object_in_json_would() {
-    for binary in versions() {
+    for binary in common::kubectl_versions() {
         let dir = tempfile::tempdir().expect("tempdir");
         let server = Server::start(&dir.path().join("data")).driven_by(&binary);
         let cache = dir.path().join("kube-cache");
@@ -999,7 +980,7 @@ fn an_oversized_body_gets_its_413_through_kubectl_every_time() {
     // The server reads what it refuses, so the client reads the answer
     // instead of a broken pipe, however the writes and the close interleave.
     let big = big.to_string_lossy().to_string();
-    for binary in versions() {
+    for binary in common::kubectl_versions() {
         for verb in ["create", "apply", "replace"] {
             for attempt in 0..4 {
                 let out = Command::new(&binary)

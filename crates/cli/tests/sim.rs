@@ -256,6 +256,7 @@ fn the_simulator_runs_the_rendered_example_fleet_and_every_replica_streams_token
     workloads_up(&server, &rendered);
 
     // Each replica's route, through its cluster's gateway, to the model its command serves.
+    let mut streamed = 0;
     for (cluster, objects) in rendered["clusters"].as_object().expect("clusters") {
         let gateway = get_json(
             &server,
@@ -298,18 +299,30 @@ fn the_simulator_runs_the_rendered_example_fleet_and_every_replica_streams_token
                 "{response}"
             );
             assert!(response.contains("data: [DONE]"), "streamed: {response}");
+            streamed += 1;
         }
     }
+    let routes = rendered["clusters"]
+        .as_object()
+        .expect("clusters")
+        .values()
+        .flat_map(|o| o.as_array().cloned().unwrap_or_default())
+        .filter(|o| o["kind"] == "HTTPRoute")
+        .count();
+    assert!(
+        routes >= 2 && streamed == routes,
+        "a stream through every rendered route: {streamed} of {routes}"
+    );
     // The hydration Job ran and completed on each cluster.
     for cluster in ["us-east", "us-west"] {
         let jobs = get_json(&server, Some(cluster), &["jobs", "-n", "ml-team"]).expect("jobs");
+        let jobs = jobs["items"].as_array().cloned().unwrap_or_default();
         assert!(
-            jobs["items"]
-                .as_array()
-                .is_some_and(|j| j
+            !jobs.is_empty()
+                && jobs
                     .iter()
-                    .all(|job| condition(job, "Complete").as_deref() == Some("True"))),
-            "{cluster}: {jobs}"
+                    .all(|job| condition(job, "Complete").as_deref() == Some("True")),
+            "{cluster}: a hydration Job, complete: {jobs:?}"
         );
     }
 }

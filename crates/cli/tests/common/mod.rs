@@ -21,6 +21,25 @@ pub fn kubectl() -> PathBuf {
     }
 }
 
+/// The kubectl versions the tests drive, both required (this machine kind
+/// ships them with the Google Cloud SDK; a missing one fails the run, it
+/// never shrinks it): 1.27, the oldest supported, which validates against
+/// `/openapi/v2` and sends JSON, and 1.33 (OpenAPI v3, protobuf bodies).
+pub fn kubectl_versions() -> Vec<PathBuf> {
+    ["1.27", "1.33"]
+        .iter()
+        .map(|version| {
+            let path = PathBuf::from(format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}"));
+            assert!(
+                path.exists(),
+                "kubectl {version} is missing at {}: the tests drive kubectl 1.27 and 1.33",
+                path.display()
+            );
+            path
+        })
+        .collect()
+}
+
 /// A `modelplane` child process, killed when dropped.
 pub struct Process(pub Child);
 
@@ -28,6 +47,19 @@ impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A `kubectl get --watch` running beside a test ([`Server::watch_names`]).
+pub struct Watch {
+    _process: Process,
+    seen: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl Watch {
+    /// Every distinct name the watch has reported so far.
+    pub fn seen(&self) -> std::collections::BTreeSet<String> {
+        self.seen.lock().expect("names").clone()
     }
 }
 
@@ -125,6 +157,32 @@ impl Server {
             Some(manifest),
         );
         assert!(ok, "apply: {out}{err}");
+    }
+
+    /// `kubectl get <args> --watch -o name` in the background: every name it
+    /// reports (each object listed first, then each one an event names).
+    pub fn watch_names(&self, args: &[&str]) -> Watch {
+        let mut child = Command::new(kubectl())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["get", "--watch", "-o", "name"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("kubectl get --watch");
+        let stdout = child.stdout.take().expect("stdout");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeSet::new()));
+        let lines = seen.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                lines.lock().expect("names").insert(line);
+            }
+        });
+        Watch {
+            _process: Process(child),
+            seen,
+        }
     }
 
     /// A kubeconfig for the logical cluster `name` (the root's, with its path).
