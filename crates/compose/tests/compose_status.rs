@@ -408,6 +408,63 @@ fn a_replica_without_a_place_says_why_per_cluster_and_pool() {
     );
 }
 
+/// No device anywhere matches: `NoMatchingDevices`, not
+/// `InsufficientCapacity`; a selector reading an attribute the devices do
+/// not have says which they have, in words, and each reason once.
+#[test]
+fn a_selector_no_device_matches_is_no_matching_devices_said_once() {
+    let md = deployments(&MD.replace(
+        "device.driver == 'gpu.nvidia.com'",
+        "device.attributes['gpu.nvidia.com'].productName == 'B300'",
+    ))
+    .0
+    .remove(0);
+    let (clusters, _) = views(Stack::Standard);
+    let c = compose_model_deployment(DeploymentInputs {
+        deployment: &md,
+        cache: CacheLookup::NotReferenced,
+        clusters: Some(&clusters),
+        replicas: &[],
+        ready: &BTreeSet::new(),
+        routed: &BTreeSet::new(),
+    });
+    let scheduled = &conditions(&c)[0];
+    assert!(
+        scheduled.starts_with("ReplicasScheduled=False/NoMatchingDevices 0 of 2 replicas placed"),
+        "{scheduled}"
+    );
+    let failed = c
+        .events
+        .iter()
+        .find(|e| e.reason == "FailedScheduling")
+        .expect("a FailedScheduling event");
+    assert!(
+        !failed.message.contains("Undeclared reference"),
+        "no CEL jargon: {}",
+        failed.message
+    );
+    assert!(
+        failed.message.contains("productName") && failed.message.contains("architecture"),
+        "which attribute it reads and which the devices have: {}",
+        failed.message
+    );
+    let sentences: Vec<&str> = failed
+        .message
+        .split(". ")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut distinct = sentences.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        sentences.len(),
+        "one sentence per reason: {}",
+        failed.message
+    );
+}
+
 /// A one-cluster fleet whose pool has `nodes` nodes of 8 GPUs.
 fn views_with_nodes(nodes: i64) -> Vec<Cluster> {
     let mut ic = cluster(Stack::Standard, &BTreeMap::new());
