@@ -403,6 +403,42 @@ fn a_node_not_ready_is_named_with_a_fresh_event(up: &Up) {
     assert!(counted >= 2, "serving again is counted again: {events}");
 }
 
+/// A selector no device in the fleet matches: `NoMatchingDevices` (not
+/// full capacity), in words that name the attributes the devices have,
+/// each reason said once.
+fn a_selector_matching_nothing_says_so_in_words(up: &Up) {
+    let b300 = TP8.replace("name: qwen3-tp8", "name: qwen3-b300").replace(
+        r#"device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("100Gi")) >= 0"#,
+        r#"device.attributes["gpu.nvidia.com"].productName == "B300""#,
+    );
+    up.apply(&b300);
+    let scheduled = wait_for("qwen3-b300 explained", Duration::from_secs(30), || {
+        let md = json(up, &["get", "md", "qwen3-b300", "-n", "ml-team"]);
+        condition(&md, "ReplicasScheduled")
+            .filter(|c| c["status"] == "False" && c["reason"] != "Scheduling")
+            .cloned()
+    });
+    assert_eq!(scheduled["reason"], "NoMatchingDevices", "{scheduled}");
+    let events = json(
+        up,
+        &[
+            "get",
+            "events",
+            "-n",
+            "ml-team",
+            "--field-selector",
+            "involvedObject.name=qwen3-b300,reason=FailedScheduling",
+        ],
+    );
+    let message = items(&events)
+        .first()
+        .and_then(|e| e["message"].as_str().map(str::to_string))
+        .expect("a FailedScheduling event");
+    assert!(!message.contains("Undeclared reference"), "{message}");
+    assert!(message.contains("productName"), "{message}");
+    up.kubectl(&["delete", "md", "qwen3-b300", "-n", "ml-team"]);
+}
+
 #[test]
 fn up_says_what_is_true_of_its_fleet() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -412,6 +448,7 @@ fn up_says_what_is_true_of_its_fleet() {
     freed_capacity_places_the_waiting_replica_at_once(&up);
     an_unreachable_cluster_is_said_within_ten_seconds(&up);
     a_node_not_ready_is_named_with_a_fresh_event(&up);
+    a_selector_matching_nothing_says_so_in_words(&up);
 }
 
 /// The WARN lines of `up`'s log.
