@@ -5,6 +5,8 @@
 //! 0.9 CPU-seconds, and the API server as much again).
 
 use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -129,5 +131,39 @@ pub async fn until_ready(
                 return Ok(());
             }
         }
+    }
+}
+
+/// The number in environment variable `name`, or `default`.
+pub fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The release binary, or the one `MODELPLANE` names (a baseline built
+/// from another commit, run side by side).
+pub fn binary() -> anyhow::Result<PathBuf> {
+    let path = std::env::var_os("MODELPLANE").map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane"),
+        PathBuf::from,
+    );
+    if !path.exists() {
+        anyhow::bail!(
+            "{} is missing: cargo build --release -p modelplane first",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A `modelplane up`, killed when dropped.
+pub struct Up(pub Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

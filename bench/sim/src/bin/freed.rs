@@ -12,8 +12,8 @@
 //! 400, past the 300 s resync a baseline waits for); MODELPLANE the binary to run (default
 //! target/release/modelplane); KEEP=1 keeps the data dir and its log.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -21,39 +21,7 @@ use futures_util::{StreamExt, TryStreamExt};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, WatchEvent, WatchParams,
 };
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The release binary, or the one `MODELPLANE` names (a baseline built
-/// from another commit, run side by side).
-fn binary() -> anyhow::Result<PathBuf> {
-    let path = std::env::var_os("MODELPLANE").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/modelplane"),
-        PathBuf::from,
-    );
-    if !path.exists() {
-        bail!(
-            "{} is missing: cargo build --release -p modelplane first",
-            path.display()
-        );
-    }
-    Ok(path)
-}
-
-/// Killed when dropped.
-struct Up(Child);
-
-impl Drop for Up {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use sim_bench::{Up, binary, env};
 
 fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
     let mut child = Command::new("kubectl")
