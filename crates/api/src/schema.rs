@@ -1,7 +1,7 @@
 //! A small builder for structural OpenAPI v3 schemas, the dialect of
 //! `apiextensions.k8s.io/v1` CRDs.
 //!
-//! The CRD schemas of `crate::crds` are written with it: each call adds one
+//! The CRD schemas of the `crds` module are written with it: each call adds one
 //! keyword, in the order a reader expects (`description`, `type`, value
 //! constraints, `properties`, `required`, Kubernetes extensions), so the
 //! generated YAML is stable and reviewable.

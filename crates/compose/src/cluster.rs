@@ -577,6 +577,15 @@ pub fn compose_inference_class() -> Composition {
     }
 }
 
+/// A workload cluster whose API server does not answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreachable {
+    /// The client's error.
+    pub why: String,
+    /// When it was first found not answering (RFC 3339).
+    pub since: String,
+}
+
 /// `composition` of InferenceCluster `name` with whether its API server
 /// answers (`unreachable` says why not): a `Reachable` condition, and while
 /// it does not answer, not Ready (no new replica is placed there) and a
@@ -584,7 +593,7 @@ pub fn compose_inference_class() -> Composition {
 pub fn with_reachability(
     mut composition: Composition,
     name: &str,
-    unreachable: Option<&crate::world::Unreachable>,
+    unreachable: Option<&Unreachable>,
 ) -> Composition {
     composition.conditions.push(match unreachable {
         None => Condition::new("Reachable", true, "APIServerAnswers", ""),
@@ -607,7 +616,7 @@ pub fn with_reachability(
 pub fn with_cluster_reachability(
     mut composition: Composition,
     name: &str,
-    unreachable: Option<&crate::world::Unreachable>,
+    unreachable: Option<&Unreachable>,
 ) -> Composition {
     composition.conditions.push(match unreachable {
         None => Condition::new("ClusterReachable", true, "APIServerAnswers", ""),
@@ -624,7 +633,7 @@ pub fn with_cluster_reachability(
     composition
 }
 
-fn unreachable_message(name: &str, u: &crate::world::Unreachable) -> String {
+fn unreachable_message(name: &str, u: &Unreachable) -> String {
     format!(
         "the API server of cluster {name} does not answer since {}: {}",
         u.since, u.why

@@ -29,6 +29,8 @@ use crate::{
     compose_serving_stack,
 };
 
+pub use crate::cluster::Unreachable;
+
 /// `namespace/name` of a namespaced object, `name` of a cluster-scoped one.
 pub type Key = String;
 
@@ -199,15 +201,6 @@ pub struct World {
     /// stored; `None` when the Secret does not exist. Read when a cache is
     /// reconciled, never listed, never logged.
     pub cache_tokens: BTreeMap<Key, Option<BTreeMap<String, String>>>,
-}
-
-/// A workload cluster whose API server does not answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unreachable {
-    /// The client's error.
-    pub why: String,
-    /// When it was first found not answering (RFC 3339).
-    pub since: String,
 }
 
 impl ReadinessRule {

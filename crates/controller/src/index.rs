@@ -15,6 +15,17 @@ use modelplane_compose::providers::cloud_of_group;
 use modelplane_compose::world::{Key, ObjectRef, Subject, World, key};
 use serde_json::Value;
 
+/// What of a workload cluster's own objects is watched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Observe {
+    /// Pods labelled `modelplane.ai/serving`.
+    Pods,
+    /// Nodes labelled `modelplane.ai/pool`.
+    Nodes,
+    /// Pods labelled `modelplane.ai/modelcache`: caches' hydration Jobs'.
+    CachePods,
+}
+
 /// The control plane's kinds the controller reads, typed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -782,7 +793,7 @@ impl Index {
     pub fn apply_workload(
         &mut self,
         target: &Target,
-        what: crate::watch::Observe,
+        what: Observe,
         object: &Value,
     ) -> Vec<Subject> {
         let Target::Cluster(cluster) = target else {
@@ -790,9 +801,9 @@ impl Index {
         };
         let state = self.world.workloads.entry(cluster.clone()).or_default();
         let replicas = match what {
-            crate::watch::Observe::Pods => state.apply_pod(object).into_iter().collect(),
-            crate::watch::Observe::Nodes => state.apply_node(object),
-            crate::watch::Observe::CachePods => {
+            Observe::Pods => state.apply_pod(object).into_iter().collect(),
+            Observe::Nodes => state.apply_node(object),
+            Observe::CachePods => {
                 let cache = state.apply_hydration_pod(object);
                 return self.known_caches(cache);
             }
@@ -804,7 +815,7 @@ impl Index {
     pub fn delete_workload(
         &mut self,
         target: &Target,
-        what: crate::watch::Observe,
+        what: Observe,
         object: &Value,
     ) -> Vec<Subject> {
         let Target::Cluster(cluster) = target else {
@@ -814,9 +825,9 @@ impl Index {
             return Vec::new();
         };
         let replicas = match what {
-            crate::watch::Observe::Pods => state.delete_pod(object).into_iter().collect(),
-            crate::watch::Observe::Nodes => state.delete_node(object),
-            crate::watch::Observe::CachePods => {
+            Observe::Pods => state.delete_pod(object).into_iter().collect(),
+            Observe::Nodes => state.delete_node(object),
+            Observe::CachePods => {
                 let cache = state.delete_hydration_pod(object);
                 return self.known_caches(cache);
             }
@@ -828,7 +839,7 @@ impl Index {
     pub fn reset_workloads(
         &mut self,
         target: &Target,
-        what: crate::watch::Observe,
+        what: Observe,
         objects: &[Value],
     ) -> Vec<Subject> {
         let Target::Cluster(cluster) = target else {
@@ -836,18 +847,18 @@ impl Index {
         };
         let state = self.world.workloads.entry(cluster.clone()).or_default();
         match what {
-            crate::watch::Observe::Pods => state.pods.clear(),
-            crate::watch::Observe::Nodes => state.nodes.clear(),
-            crate::watch::Observe::CachePods => state.hydration.clear(),
+            Observe::Pods => state.pods.clear(),
+            Observe::Nodes => state.nodes.clear(),
+            Observe::CachePods => state.hydration.clear(),
         }
         for object in objects {
             match what {
-                crate::watch::Observe::Pods => drop(state.apply_pod(object)),
-                crate::watch::Observe::Nodes => drop(state.apply_node(object)),
-                crate::watch::Observe::CachePods => drop(state.apply_hydration_pod(object)),
+                Observe::Pods => drop(state.apply_pod(object)),
+                Observe::Nodes => drop(state.apply_node(object)),
+                Observe::CachePods => drop(state.apply_hydration_pod(object)),
             }
         }
-        if what == crate::watch::Observe::CachePods {
+        if what == Observe::CachePods {
             // What every cache says of its downloads may have changed.
             return self
                 .world

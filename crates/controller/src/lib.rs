@@ -228,9 +228,9 @@ impl Shared {
                 // What replicas' status tells of their pods and nodes, and
                 // caches' of their downloads.
                 for what in [
-                    watch::Observe::Pods,
-                    watch::Observe::Nodes,
-                    watch::Observe::CachePods,
+                    index::Observe::Pods,
+                    index::Observe::Nodes,
+                    index::Observe::CachePods,
                 ] {
                     self.supervisor.spawn(
                         "workload watch",

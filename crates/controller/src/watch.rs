@@ -14,7 +14,7 @@ use modelplane_compose::Target;
 use serde_json::Value;
 
 use crate::Shared;
-use crate::index::Kind;
+use crate::index::{Kind, Observe};
 use crate::target::{Connection, TargetError};
 
 /// How often a target that stopped answering is asked again.
@@ -41,17 +41,6 @@ pub enum Watched {
     /// What a workload cluster runs for Modelplane without Modelplane
     /// owning it: serving pods, or GPU nodes (read for replicas' status).
     Workloads(Target, Observe),
-}
-
-/// What of a workload cluster's own objects is watched.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Observe {
-    /// Pods labelled `modelplane.ai/serving`.
-    Pods,
-    /// Nodes labelled `modelplane.ai/pool`.
-    Nodes,
-    /// Pods labelled `modelplane.ai/modelcache`: caches' hydration Jobs'.
-    CachePods,
 }
 
 impl Watched {

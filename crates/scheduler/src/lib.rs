@@ -13,7 +13,6 @@
 
 mod algorithm;
 pub mod capacity;
-mod explain;
 mod matching;
 pub mod model;
 mod taints;
@@ -21,7 +20,7 @@ mod taints;
 use modelplane_api::types::Role;
 use serde::Serialize;
 
-pub use explain::{ClosestDevice, Explanation, FreeOnNodes, Reason, Usage};
+pub use algorithm::explain::{ClosestDevice, Explanation, FreeOnNodes, Reason, Usage};
 pub use matching::{DeviceMiss, ResolvedRequest, SelectorError};
 pub use model::{Cluster, Deployment, DeviceInterner, ExistingReplica};
 

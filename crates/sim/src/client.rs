@@ -226,7 +226,7 @@ pub async fn connect(kubeconfig: &Kubeconfig) -> Result<Client, kube::Error> {
     // Over HTTP/2 where the server speaks it: one connection carries every
     // watch and write of a cluster (kube's own HTTP/1.1 client held one per
     // watch, eleven or more per cluster). Safe because the informers read
-    // every watch at once (see `crate::informer`).
+    // every watch at once (see the informer module).
     modelplane_kubeclient::client(config)
 }
 

@@ -12,6 +12,7 @@
 //! - [`engine`]: a fake OpenAI-compatible engine.
 
 pub mod client;
+pub mod clock;
 pub mod cloud;
 pub mod cluster;
 pub mod crossplane;

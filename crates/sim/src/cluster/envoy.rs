@@ -141,7 +141,7 @@ fn is_true(object: &Value, type_: &str) -> bool {
 
 async fn reconcile(workload: &Workload, address: &str) -> Result<(), kube::Error> {
     let client = workload.client();
-    let stamp = crate::fleet::timestamp();
+    let stamp = crate::clock::timestamp();
     let mut accepted = Vec::new();
     for class in gateway_class()
         .api(client, None)

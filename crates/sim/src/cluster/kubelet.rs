@@ -638,7 +638,7 @@ impl Kubelets {
                     "Started",
                     format!("Started container {container_name}"),
                 ));
-                run.started_at = crate::fleet::timestamp();
+                run.started_at = crate::clock::timestamp();
                 // A new container: its log starts empty; the crashed one's
                 // is the previous log.
                 run.log.clear();
@@ -925,7 +925,7 @@ fn exited(pod: &Value, run: &mut Run, exit: Exit, cx: &Context<'_>, writes: &mut
     run.previous = run.log.clone();
     run.serving = None;
     let restart = pod["spec"]["restartPolicy"].as_str().unwrap_or("Always");
-    let finished = crate::fleet::timestamp();
+    let finished = crate::clock::timestamp();
     let failed = exit.code != 0;
     run.last_exit = Some((exit, finished));
     if restart == "Never" || (restart == "OnFailure" && !failed) {

@@ -423,7 +423,7 @@ impl Workload {
             pools.insert(resource.to_string(), (pool.clone(), pending));
             (previous, old_count)
         };
-        let stamp = crate::fleet::timestamp();
+        let stamp = crate::clock::timestamp();
         // A node already there stays as it is when only the count changed:
         // re-applying it would reset what others set on it (a user's
         // `kubectl taint`). After a failed registration, every node again.

@@ -73,7 +73,7 @@ struct State {
 impl State {
     async fn step(&mut self, workload: &Arc<Workload>) -> Option<Instant> {
         let now = self.epoch.elapsed();
-        let stamp = crate::fleet::timestamp();
+        let stamp = crate::clock::timestamp();
         let controllers = workload.controllers();
         let hardware = workload.hardware();
         let fabrics = hardware
@@ -260,7 +260,7 @@ fn event(object: &Value, type_: &str, reason: &str, message: &str, source: &str)
     let ns = object["metadata"]["namespace"]
         .as_str()
         .unwrap_or("default");
-    let stamp = crate::fleet::timestamp();
+    let stamp = crate::clock::timestamp();
     json!({
         "apiVersion": "v1", "kind": "Event",
         "metadata": {

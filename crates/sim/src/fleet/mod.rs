@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::client::{self, Kind as ApiKind, builtin};
+use crate::clock::timestamp;
 use crate::cloud::{self, Observation, Phase, Role};
 use crate::cluster::Workloads;
 use crate::cluster::dra::Hardware;
@@ -985,11 +986,4 @@ fn base64_decode(text: &str) -> Option<Vec<u8>> {
     serde_json::from_value::<ByteString>(json!(text))
         .ok()
         .map(|b| b.0)
-}
-
-/// Now, as Kubernetes writes transition times.
-pub fn timestamp() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
 }

@@ -1,10 +1,12 @@
 //! The placement algorithm of `behavior.md` §1: compile, retain, scale down,
-//! ledger, fill — every determinism rule of §1.11 kept.
+//! ledger, fill — every determinism rule of §1.11 kept. Its [`explain`]
+//! pass reads the same ledger to say why a replica is not placed.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+pub(crate) mod explain;
+
 use crate::capacity::{self, Room};
-use crate::explain;
 use crate::matching::{self, CompiledEngine, Matcher, ResolvedRequest};
 use crate::model::{Cluster, Deployment, ExistingReplica};
 use crate::taints;

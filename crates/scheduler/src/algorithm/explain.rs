@@ -11,7 +11,7 @@
 use modelplane_api::types::{Role, TaintEffect};
 use serde::Serialize;
 
-use crate::algorithm::{Ledger, Pass};
+use super::{Ledger, Pass};
 use crate::capacity::{self, Room};
 use crate::matching::{CompiledRequest, DeviceMiss};
 use crate::model::{Cluster, Deployment, PoolDevice};
@@ -361,7 +361,7 @@ fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explan
     for ei in 0..n_engines {
         let cluster = &pass.clusters[ci];
         let engine_name = pass.engines[ei].name.clone();
-        let (claimable, fits): (bool, Vec<Option<crate::algorithm::PoolFit>>) = {
+        let (claimable, fits): (bool, Vec<Option<super::PoolFit>>) = {
             let fit = &pass.fits_of(ci)[ei];
             (fit.claimable, fit.pools.clone())
         };
@@ -412,7 +412,7 @@ fn engine_reasons(pass: &mut Pass<'_>, ledger: &Ledger, ci: usize) -> Vec<Explan
 fn insufficient(
     cluster: &Cluster,
     pi: usize,
-    fit: &crate::algorithm::PoolFit,
+    fit: &super::PoolFit,
     room: &Room,
     ledger: &Ledger,
     ci: usize,
