@@ -17,9 +17,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use modelplane_engine::{EngineConfig, EngineHandle};
 use modelplane_gateway::config::{Objects, load, publish};
 use modelplane_gateway::proxy::{Gateway, GatewayConfig};
-use modelplane_sim::engine::{EngineConfig, EngineHandle};
 use serde_json::{Value, json};
 
 /// The tests measure latency and count requests on a two-core machine: one

@@ -12,6 +12,8 @@
 //!   whatever is left is closed when the loop returns (the connections are
 //!   its own tasks, so dropping the loop closes them too).
 
+pub mod http1;
+
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,7 +16,6 @@ pub mod clock;
 pub mod cloud;
 pub mod cluster;
 pub mod crossplane;
-pub mod engine;
 pub mod faults;
 pub mod fleet;
 pub mod helm;
@@ -29,6 +28,7 @@ use kube::config::Kubeconfig;
 use modelplane_supervisor::Supervisor;
 
 pub use faults::Faults;
+pub use modelplane_engine as engine;
 pub use profile::Profile;
 
 /// A running simulated fleet.

@@ -76,9 +76,9 @@ pub async fn serve(listener: tokio::net::TcpListener, logs: Logs) {
         let response = respond(&logs, &request);
         async move { Ok::<_, Infallible>(response) }
     };
-    let limits = modelplane_gateway::server::ListenerLimits::default();
+    let limits = modelplane_listener::http1::ListenerLimits::default();
     let never = std::future::pending::<()>();
-    if let Err(e) = modelplane_gateway::server::serve_http1(
+    if let Err(e) = modelplane_listener::http1::serve_http1(
         listener,
         handler,
         never,

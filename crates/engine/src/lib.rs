@@ -1,8 +1,9 @@
 //! A fake OpenAI-compatible inference engine: the engine of every gateway
 //! benchmark and, later, of every simulated pod.
 //!
-//! Data flow: a request's top-level fields are read with the gateway's
-//! scanner (no JSON value is built, so a 200 KB prompt costs little); the
+//! Data flow: a request's top-level fields are borrowed from its body as
+//! raw JSON (no value is built of the prompt, so a 200 KB prompt costs
+//! little); the
 //! request waits for one of `max_concurrency` slots (counted as waiting),
 //! then "generates" `max_tokens` (else `output_tokens`) tokens, the first
 //! after `time_to_first_token` and each next one `inter_token_latency`
@@ -26,8 +27,9 @@ use http::{Method, Request, Response, StatusCode, header};
 use http_body::Frame;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use modelplane_gateway::body::{as_str, top_level_fields};
+use serde::Deserialize;
 use serde_json::json;
+use serde_json::value::RawValue;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
@@ -127,12 +129,12 @@ pub async fn serve(
     engine: Arc<Engine>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> io::Result<()> {
-    modelplane_gateway::server::serve_http1(
+    modelplane_listener::http1::serve_http1(
         listener,
         move |req| handle(engine.clone(), req),
         shutdown,
         Duration::from_secs(30),
-        modelplane_gateway::server::ListenerLimits::default(),
+        modelplane_listener::http1::ListenerLimits::default(),
     )
     .await
 }
@@ -264,53 +266,59 @@ struct Ask {
     seed: u64,
 }
 
+/// The top-level fields a completion request is read for, each as sent.
+#[derive(Deserialize)]
+struct Fields<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream_options: Option<&'a RawValue>,
+    #[serde(borrow)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    max_completion_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    messages: Option<&'a RawValue>,
+    #[serde(borrow)]
+    prompt: Option<&'a RawValue>,
+}
+
+/// `include_usage` of a request's `stream_options`.
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
 fn parse(chat: bool, body: &[u8]) -> Result<(String, Ask), String> {
-    let [
-        model,
-        stream,
-        options,
-        max_tokens,
-        max_completion,
-        messages,
-        prompt,
-    ] = top_level_fields(
-        body,
-        [
-            "model",
-            "stream",
-            "stream_options",
-            "max_tokens",
-            "max_completion_tokens",
-            if chat { "messages" } else { "prompt" },
-            "prompt",
-        ],
-    )
-    .map_err(|e| e.to_string())?;
-    let model = model
-        .and_then(as_str)
-        .ok_or("the request needs a string `model`")?
-        .into_owned();
-    let prompt = messages.or(prompt).ok_or(if chat {
-        "the request needs `messages`"
-    } else {
-        "the request needs a `prompt`"
-    })?;
-    let number = |raw: Option<&[u8]>| {
-        raw.and_then(|r| std::str::from_utf8(r).ok())
-            .and_then(|s| s.parse::<u32>().ok())
-    };
+    let fields: Fields = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    let model = fields
+        .model
+        .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+        .ok_or("the request needs a string `model`")?;
+    let prompt = if chat { fields.messages } else { None }
+        .or(fields.prompt)
+        .ok_or(if chat {
+            "the request needs `messages`"
+        } else {
+            "the request needs a `prompt`"
+        })?
+        .get()
+        .as_bytes();
+    let number = |raw: Option<&RawValue>| raw.and_then(|r| r.get().parse::<u32>().ok());
     Ok((
         model,
         Ask {
             chat,
-            stream: stream == Some(b"true"),
-            include_usage: options.is_some_and(|o| {
-                o.windows(b"\"include_usage\"".len())
-                    .any(|w| w == b"\"include_usage\"")
-                    && o.windows(4).any(|w| w == b"true")
-            }),
+            stream: fields.stream.is_some_and(|s| s.get() == "true"),
+            include_usage: fields
+                .stream_options
+                .and_then(|o| serde_json::from_str::<StreamOptions>(o.get()).ok())
+                .is_some_and(|o| o.include_usage),
             prompt_tokens: (prompt.len() as u64).div_ceil(4),
-            max_tokens: number(max_completion).or(number(max_tokens)),
+            max_tokens: number(fields.max_completion_tokens).or(number(fields.max_tokens)),
             seed: fnv1a(prompt),
         },
     ))

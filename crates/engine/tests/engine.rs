@@ -9,7 +9,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use modelplane_sim::engine::{EngineConfig, EngineHandle};
+use modelplane_engine::{EngineConfig, EngineHandle};
 use serde_json::{Value, json};
 
 async fn call(
