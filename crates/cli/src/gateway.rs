@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use modelplane_gateway::proxy::{Gateway, GatewayConfig};
+use modelplane_gateway::state::{Gateway, GatewayConfig};
 
 /// Arguments of `modelplane gateway`.
 #[derive(Args, Debug)]

@@ -17,7 +17,7 @@ use modelplane_api::types::{ModelEndpoint, ModelService};
 use modelplane_api::validation::yaml::parse_documents;
 use serde_json::Value;
 
-use crate::proxy::Gateway;
+use crate::state::Gateway;
 use crate::table::{Inputs, Table};
 
 /// Objects the gateway routes by.

@@ -21,7 +21,7 @@ use modelplane_api::types::{ModelEndpoint, ModelService};
 use serde_json::{Value, json};
 
 use crate::config::{Objects, publish};
-use crate::proxy::Gateway;
+use crate::state::Gateway;
 
 /// One watch event, of whichever kind.
 enum Change {

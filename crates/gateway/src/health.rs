@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use http::{Request, Uri};
 
+use crate::body::UpstreamBody;
 use crate::metrics::EndpointLabels;
-use crate::proxy::{Gateway, UpstreamBody};
+use crate::state::Gateway;
 use crate::table::Endpoint;
 
 /// The path an endpoint's engine answers health checks on.

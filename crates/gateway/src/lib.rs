@@ -2,7 +2,7 @@
 //! replica of every model.
 //!
 //! Data flow: ModelServices, ModelEndpoints and Secrets → [`table::Table::compile`]
-//! (pure, golden-tested) → [`proxy::Gateway::publish`] swaps the table in →
+//! (pure, golden-tested) → [`state::Gateway::publish`] swaps the table in →
 //! each request ([`proxy::handle`]) reads it once, picks an endpoint
 //! ([`select::pick`], pure, seeded in tests) and streams the engine's
 //! answer back. [`health`] probes endpoints beside; [`config`] loads the
@@ -19,4 +19,5 @@ pub mod outlier;
 pub mod proxy;
 pub mod select;
 pub mod server;
+pub mod state;
 pub mod table;

@@ -17,14 +17,14 @@
 //!   ignores health ([`crate::select::pick`]) rather than refuse every
 //!   request: a request is better tried than refused.
 //!
-//! [`GatewayConfig::eject_after`]: crate::proxy::GatewayConfig::eject_after
-//! [`GatewayConfig::max_ejected_percent`]: crate::proxy::GatewayConfig::max_ejected_percent
-//! [`GatewayConfig::probe_failures_to_eject`]: crate::proxy::GatewayConfig::probe_failures_to_eject
+//! [`GatewayConfig::eject_after`]: crate::state::GatewayConfig::eject_after
+//! [`GatewayConfig::max_ejected_percent`]: crate::state::GatewayConfig::max_ejected_percent
+//! [`GatewayConfig::probe_failures_to_eject`]: crate::state::GatewayConfig::probe_failures_to_eject
 
 use std::sync::atomic::Ordering;
 
 use crate::metrics::EndpointLabels;
-use crate::proxy::Gateway;
+use crate::state::Gateway;
 use crate::table::{Endpoint, Service};
 
 /// How many of `size` endpoints may be ejected at once under `percent`.
@@ -134,7 +134,7 @@ mod tests {
 
     #[test]
     fn one_failed_probe_does_not_take_an_endpoint_out_several_in_a_row_do() {
-        let gateway = Gateway::new(crate::proxy::GatewayConfig::default()).expect("gateway");
+        let gateway = Gateway::new(crate::state::GatewayConfig::default()).expect("gateway");
         let e = endpoint("ml/e");
         assert!(gateway.probed(&e, false), "one slow probe");
         assert!(gateway.probed(&e, false), "two");

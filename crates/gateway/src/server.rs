@@ -17,7 +17,8 @@ use tokio::net::TcpListener;
 
 pub use modelplane_listener::http1::{ListenerLimits, serve_http1};
 
-use crate::proxy::{Gateway, handle};
+use crate::proxy::handle;
+use crate::state::Gateway;
 
 /// Serves `gateway` on `listener` until `shutdown` resolves, then waits up
 /// to `drain` for requests in flight.

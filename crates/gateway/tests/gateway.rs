@@ -19,7 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use modelplane_engine::{EngineConfig, EngineHandle};
 use modelplane_gateway::config::{Objects, load, publish};
-use modelplane_gateway::proxy::{Gateway, GatewayConfig};
+use modelplane_gateway::state::{Gateway, GatewayConfig};
 use serde_json::{Value, json};
 
 /// The tests measure latency and count requests on a two-core machine: one

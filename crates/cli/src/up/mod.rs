@@ -301,8 +301,8 @@ fn start_controllers(
 fn start_gateway(
     supervisor: &Supervisor,
     client: &kube::Client,
-) -> anyhow::Result<std::sync::Arc<modelplane_gateway::proxy::Gateway>> {
-    let gateway = modelplane_gateway::proxy::Gateway::new(Default::default())
+) -> anyhow::Result<std::sync::Arc<modelplane_gateway::state::Gateway>> {
+    let gateway = modelplane_gateway::state::Gateway::new(Default::default())
         .context("building the gateway's upstream client")?;
     supervisor.spawn(
         "gateway-feed",

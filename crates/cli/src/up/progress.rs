@@ -196,7 +196,7 @@ async fn states(client: &kube::Client) -> Option<(BTreeMap<String, String>, bool
 /// has loaded again).
 async fn engines_answer(
     client: &kube::Client,
-    gateway: &modelplane_gateway::proxy::Gateway,
+    gateway: &modelplane_gateway::state::Gateway,
 ) -> bool {
     if gateway.publishes() == 0 {
         return false;
@@ -226,7 +226,7 @@ async fn engines_answer(
 /// and every engine answers, that the fleet is ready.
 pub async fn follow(
     client: kube::Client,
-    gateway: std::sync::Arc<modelplane_gateway::proxy::Gateway>,
+    gateway: std::sync::Arc<modelplane_gateway::state::Gateway>,
     started: Instant,
 ) {
     let mut shown: BTreeMap<String, String> = BTreeMap::new();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
-use modelplane_gateway::proxy::{Gateway, GatewayConfig};
+use modelplane_gateway::state::{Gateway, GatewayConfig};
 use serde_json::{Value, json};
 
 use super::Workload;

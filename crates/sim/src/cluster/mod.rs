@@ -287,7 +287,7 @@ pub struct Workload {
     /// once (and does not reconcile what it installed afterwards).
     installed: Mutex<BTreeSet<(&'static str, String)>>,
     /// The edge data plane, once Envoy Gateway runs.
-    edge: Mutex<Option<Arc<modelplane_gateway::proxy::Gateway>>>,
+    edge: Mutex<Option<Arc<modelplane_gateway::state::Gateway>>>,
     /// Pool name → its devices and fabric.
     hardware: Mutex<BTreeMap<String, dra::Hardware>>,
     /// Where its kubelets answer (pod logs).
@@ -386,7 +386,7 @@ impl Workload {
     }
 
     /// The edge data plane, once Envoy Gateway runs.
-    pub fn edge(&self) -> Option<Arc<modelplane_gateway::proxy::Gateway>> {
+    pub fn edge(&self) -> Option<Arc<modelplane_gateway::state::Gateway>> {
         self.edge.lock().ok()?.clone()
     }
 
