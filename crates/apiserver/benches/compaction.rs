@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use modelplane_apiserver::compaction::{COMPACT_EVERY, RETENTION, Retention};
+use modelplane_apiserver::{COMPACT_EVERY, RETENTION, Retention};
 use modelplane_apiserver::{Error, Store, Write};
 
 fn env(name: &str, default: u64) -> u64 {

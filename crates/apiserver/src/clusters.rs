@@ -14,40 +14,20 @@
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
-use axum::Router;
-use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::http::{StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use tower::ServiceExt;
 
-use crate::http::{ApiServer, Shared};
 use crate::keyspace::{Keyspace, logical_prefix};
 use crate::resources::{Resource, validate_name};
+use crate::server::{ApiServer, Shared};
 use crate::store::{self, EventKind, Store, Write};
 
-/// The group of `LogicalCluster`.
-pub const GROUP: &str = "tenancy.modelplane.ai";
+pub use crate::resources::LOGICAL_CLUSTERS_GROUP as GROUP;
 /// Where a logical cluster's paths start.
 pub const PATH_PREFIX: &str = "/clusters/";
 
 /// The `LogicalCluster` kind, served by the root cluster only.
-pub fn resource() -> Resource {
-    Resource {
-        group: GROUP.into(),
-        version: "v1alpha1".into(),
-        kind: "LogicalCluster".into(),
-        plural: "logicalclusters".into(),
-        singular: "logicalcluster".into(),
-        namespaced: false,
-        short_names: vec!["lc".into()],
-        categories: Vec::new(),
-        status: false,
-        columns: Vec::new(),
-        scale: None,
-        schema: None,
-    }
+fn resource() -> Resource {
+    crate::resources::logical_clusters()
 }
 
 /// What a logical cluster's kubeconfig needs of the server.
@@ -57,18 +37,12 @@ struct Endpoint {
     token: String,
 }
 
-/// One logical cluster being served.
-struct Served {
-    server: Arc<ApiServer>,
-    router: Router,
-}
-
 /// Every cluster of one store: the root one and the logical ones.
 pub struct Clusters {
     store: Arc<Store>,
     shared: Arc<Shared>,
     root: Arc<ApiServer>,
-    logical: RwLock<HashMap<String, Served>>,
+    logical: RwLock<HashMap<String, Arc<ApiServer>>>,
     endpoint: OnceLock<Endpoint>,
 }
 
@@ -120,7 +94,7 @@ impl Clusters {
     /// A kubeconfig for the logical cluster `name`, once the server serves.
     pub fn kubeconfig(&self, name: &str) -> Option<String> {
         let endpoint = self.endpoint.get()?;
-        Some(crate::serve::kubeconfig(
+        Some(crate::kubeconfig::kubeconfig(
             &format!("{}{PATH_PREFIX}{name}", endpoint.url),
             &endpoint.ca,
             &endpoint.token,
@@ -139,17 +113,8 @@ impl Clusters {
     /// The logical cluster `name` if it exists (blocking on first use: its
     /// built-in namespaces are written then).
     pub fn get(&self, name: &str) -> Result<Option<Arc<ApiServer>>, store::Error> {
-        Ok(self.served(name)?.map(|(server, _)| server))
-    }
-
-    fn served(&self, name: &str) -> Result<Option<(Arc<ApiServer>, Router)>, store::Error> {
-        if let Some(served) = self
-            .logical
-            .read()
-            .ok()
-            .and_then(|m| m.get(name).map(|s| (s.server.clone(), s.router.clone())))
-        {
-            return Ok(Some(served));
+        if let Some(server) = self.logical.read().ok().and_then(|m| m.get(name).cloned()) {
+            return Ok(Some(server));
         }
         if self
             .root
@@ -163,19 +128,14 @@ impl Clusters {
     }
 
     /// Serves the logical cluster `name` from now on.
-    fn start(&self, name: &str) -> (Arc<ApiServer>, Router) {
+    fn start(&self, name: &str) -> Arc<ApiServer> {
         let Ok(mut logical) = self.logical.write() else {
-            let server = self.instance(name);
-            return (server.clone(), crate::http::router(server));
+            return self.instance(name);
         };
-        let served = logical.entry(name.to_string()).or_insert_with(|| {
-            let server = self.instance(name);
-            Served {
-                router: crate::http::router(server.clone()),
-                server,
-            }
-        });
-        (served.server.clone(), served.router.clone())
+        logical
+            .entry(name.to_string())
+            .or_insert_with(|| self.instance(name))
+            .clone()
     }
 
     fn instance(&self, name: &str) -> Arc<ApiServer> {
@@ -214,7 +174,7 @@ impl Clusters {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(self.start(name).0)
+        Ok(self.start(name))
     }
 
     /// Deletes the logical cluster `name` and every object in it.
@@ -260,7 +220,7 @@ impl Clusters {
     pub fn all(&self) -> Vec<Arc<ApiServer>> {
         let mut all = vec![self.root.clone()];
         if let Ok(logical) = self.logical.read() {
-            all.extend(logical.values().map(|s| s.server.clone()));
+            all.extend(logical.values().cloned());
         }
         all
     }
@@ -286,7 +246,7 @@ impl Clusters {
             };
             from = next;
         }
-        Ok(names.iter().map(|name| self.start(name).0).collect())
+        Ok(names.iter().map(|name| self.start(name)).collect())
     }
 
     /// Follows the root's `LogicalCluster` deletions (made through the API)
@@ -326,99 +286,5 @@ impl Clusters {
             self.forget(name)?;
         }
         Ok(())
-    }
-}
-
-/// The router of every cluster: `/clusters/<name>/…` to that logical
-/// cluster, everything else to the root one.
-pub fn router(clusters: Arc<Clusters>) -> Router {
-    let root = crate::http::router(clusters.root.clone());
-    Router::new()
-        .fallback(dispatch)
-        .with_state(Routes { clusters, root })
-}
-
-#[derive(Clone)]
-struct Routes {
-    clusters: Arc<Clusters>,
-    root: Router,
-}
-
-async fn dispatch(State(routes): State<Routes>, mut request: Request) -> Response {
-    let Some((name, rest)) = split_path(request.uri()) else {
-        return routes.root.oneshot(request).await.into_response();
-    };
-    let clusters = routes.clusters.clone();
-    let lookup = name.clone();
-    let served = tokio::task::spawn_blocking(move || clusters.served(&lookup)).await;
-    let router = match served {
-        Ok(Ok(Some((_, router)))) => router,
-        Ok(Ok(None)) => return not_found(&name),
-        _ => return unavailable(),
-    };
-    *request.uri_mut() = rest;
-    router.oneshot(request).await.into_response()
-}
-
-/// `/clusters/<name>/rest?query` as the name and `/rest?query`.
-fn split_path(uri: &Uri) -> Option<(String, Uri)> {
-    let after = uri.path().strip_prefix(PATH_PREFIX)?;
-    let (name, rest) = match after.split_once('/') {
-        Some((name, rest)) => (name, format!("/{rest}")),
-        None => (after, "/".to_string()),
-    };
-    if name.is_empty() {
-        return None;
-    }
-    let path_and_query = match uri.query() {
-        Some(query) => format!("{rest}?{query}"),
-        None => rest,
-    };
-    Some((name.to_string(), path_and_query.parse().ok()?))
-}
-
-fn status(code: StatusCode, reason: &str, message: String) -> Response {
-    let body = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code.as_u16(),
-    });
-    (
-        code,
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        Body::from(body.to_string()),
-    )
-        .into_response()
-}
-
-fn not_found(name: &str) -> Response {
-    status(
-        StatusCode::NOT_FOUND,
-        "NotFound",
-        format!("logicalclusters.{GROUP} \"{name}\" not found"),
-    )
-}
-
-fn unavailable() -> Response {
-    status(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "ServiceUnavailable",
-        "the store is not available".into(),
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_path;
-
-    #[test]
-    fn a_logical_cluster_path_splits_into_its_name_and_the_path_inside() {
-        let split = |s: &str| split_path(&s.parse().expect("uri")).map(|(n, u)| (n, u.to_string()));
-        assert_eq!(
-            split("/clusters/a/api/v1/pods?limit=1"),
-            Some(("a".into(), "/api/v1/pods?limit=1".into()))
-        );
-        assert_eq!(split("/clusters/a"), Some(("a".into(), "/".into())));
-        assert_eq!(split("/clusters/"), None);
-        assert_eq!(split("/api/v1/pods"), None);
     }
 }

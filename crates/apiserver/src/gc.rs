@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::http::{ApiServer, encode, has_finalizers, read_stored};
+use crate::codec::{encode, read_stored};
+use crate::object::has_finalizers;
+use crate::server::ApiServer;
 use crate::store::{Stored, Write};
 
 fn owner_uids(object: &Value) -> Vec<String> {

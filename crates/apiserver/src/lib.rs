@@ -1,33 +1,53 @@
-//! Modelplane's embedded Kubernetes-compatible API server.
+//! Modelplane's embedded Kubernetes-compatible API server
+//! (`../shared/spec/apiserver.md`).
 //!
-//! So far: the [`store`], a SQLite revision log with one global revision,
-//! group commit and compaction; the [`resources`] it serves; and the
-//! [`object`] metadata rules. The HTTP API will sit on them
-//! (`../shared/spec/apiserver.md` §3).
+//! Layers, each importing only those below it:
+//! - storage: the store (a SQLite revision log with one global revision,
+//!   group commit, compaction and the watch fan-out) and each cluster's
+//!   keyspace of it;
+//! - rules: the resource table ([`resources`]), object metadata and
+//!   lifecycle ([`object`]), the stored form (codec), selectors, patches,
+//!   server-side apply, tables, OpenAPI, protobuf;
+//! - the server: one cluster's state ([`ApiServer`]: its keys, resource
+//!   table and compiled schemas);
+//! - domains: garbage collection, namespaces, CRDs, discovery, logical
+//!   clusters ([`Clusters`]);
+//! - HTTP: the Kubernetes REST surface ([`router`]);
+//! - serving: TLS, the token, the data directory ([`serve`], [`run`]).
+//!
+//! The public surface is what `modelplane up`, its tests and benchmarks
+//! use; the rest is the crate's own.
 
-pub mod apply;
-pub mod clusters;
-pub mod compaction;
-pub mod crd;
-pub mod discovery;
-pub mod fanout;
-pub mod gc;
-pub mod http;
-pub mod jsonpath;
-pub mod keyspace;
-pub mod logs;
-pub mod metrics;
-pub mod namespaces;
+mod apply;
+mod clusters;
+mod codec;
+mod compaction;
+mod crd;
+mod discovery;
+mod gc;
+mod http;
+mod jsonpath;
+mod keyspace;
+mod kubeconfig;
+mod metrics;
+mod namespaces;
 pub mod object;
-pub mod openapi;
-pub mod owners;
-pub mod patch;
-pub mod printers;
-pub mod protobuf;
+mod openapi;
+mod owners;
+mod patch;
+mod protobuf;
 pub mod resources;
-pub mod selector;
-pub mod serve;
-pub mod store;
-pub mod table;
+mod selector;
+mod serve;
+mod server;
+mod store;
+mod table;
 
+pub use clusters::{Clusters, CreateError};
+pub use compaction::{COMPACT_EVERY, RETENTION, Retention};
+pub use gc::sweep as collect_garbage;
+pub use http::{MAX_BODY, router};
+pub use namespaces::create as create_namespace;
+pub use serve::{Config, MAX_CONNECTIONS, run, serve, serve_clusters};
+pub use server::{ApiServer, Shared};
 pub use store::{Error, Event, EventKind, Revision, Store, Stored, Write};

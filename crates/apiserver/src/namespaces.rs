@@ -3,11 +3,9 @@
 //! and are not terminating; deleting a namespace marks it Terminating,
 //! deletes everything in it (finalizers respected), then the namespace.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
-use crate::http::ApiServer;
+use crate::keyspace::Keyspace;
 use crate::object::{Identity, prepare_create};
 use crate::resources::{Resource, builtins};
 use crate::store::{Error, Write};
@@ -34,8 +32,8 @@ pub fn activate(namespace: &mut Value) {
 }
 
 /// Creates namespace `name` unless it exists (blocking).
-pub fn create(server: &ApiServer, name: &str) -> Result<(), Error> {
-    create_all(server, &[name])
+pub fn create(store: &Keyspace, name: &str) -> Result<(), Error> {
+    create_all(store, &[name])
 }
 
 /// The write that creates namespace `name`.
@@ -54,17 +52,17 @@ fn creation(name: &str) -> Result<Write, Error> {
 }
 
 /// Creates those of `names` that do not exist, in one commit (blocking).
-fn create_all(server: &ApiServer, names: &[&str]) -> Result<(), Error> {
+fn create_all(store: &Keyspace, names: &[&str]) -> Result<(), Error> {
     let mut writes = Vec::new();
     for name in names {
-        if server.store().get(&key(name))?.is_none() {
+        if store.get(&key(name))?.is_none() {
             writes.push(creation(name)?);
         }
     }
     if writes.is_empty() {
         return Ok(());
     }
-    for outcome in server.store().write_all(writes) {
+    for outcome in store.write_all(writes) {
         match outcome {
             Ok(_) | Err(Error::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
@@ -74,13 +72,13 @@ fn create_all(server: &ApiServer, names: &[&str]) -> Result<(), Error> {
 }
 
 /// Creates the built-in namespaces that are missing.
-pub fn ensure_built_in(server: &ApiServer) -> Result<(), Error> {
-    create_all(server, &BUILT_IN)
+pub fn ensure_built_in(store: &Keyspace) -> Result<(), Error> {
+    create_all(store, &BUILT_IN)
 }
 
 /// Why an object cannot be created in `namespace`, if it cannot.
-pub fn refuse_content(server: &ApiServer, namespace: &str) -> Result<Option<(u16, String)>, Error> {
-    let Some(stored) = server.store().get(&key(namespace))? else {
+pub fn refuse_content(store: &Keyspace, namespace: &str) -> Result<Option<(u16, String)>, Error> {
+    let Some(stored) = store.get(&key(namespace))? else {
         return Ok(Some((404, format!("namespaces \"{namespace}\" not found"))));
     };
     let object: Value = serde_json::from_slice(&stored.value).unwrap_or(Value::Null);
@@ -96,11 +94,11 @@ pub fn refuse_content(server: &ApiServer, namespace: &str) -> Result<Option<(u16
 }
 
 /// Deletes everything in a terminating namespace, then the namespace.
-pub async fn terminate(server: Arc<ApiServer>, name: String) {
+pub async fn terminate(store: Keyspace, name: String) {
     loop {
-        let s = server.clone();
+        let s = store.clone();
         let Ok(Ok((_, everything))) =
-            tokio::task::spawn_blocking(move || s.store().list("/", None, None)).await
+            tokio::task::spawn_blocking(move || s.list("/", None, None)).await
         else {
             return;
         };
@@ -113,14 +111,13 @@ pub async fn terminate(server: Arc<ApiServer>, name: String) {
                 continue;
             }
             remaining += 1;
-            let Some(write) = crate::http::deletion_step(&stored, &mut object) else {
+            let Some(write) = crate::object::deletion_step(&stored, &mut object) else {
                 continue;
             };
-            let _ = server.store().submit(write).await;
+            let _ = store.submit(write).await;
         }
         if remaining == 0 {
-            let _ = server
-                .store()
+            let _ = store
                 .submit(Write::Delete {
                     key: key(&name),
                     expected: None,
@@ -133,11 +130,10 @@ pub async fn terminate(server: Arc<ApiServer>, name: String) {
 }
 
 /// Resumes the terminations a restart interrupted.
-pub async fn resume(server: Arc<ApiServer>) {
-    let s = server.clone();
+pub async fn resume(store: Keyspace, tasks: modelplane_supervisor::Supervisor) {
+    let s = store.clone();
     let prefix = namespaces().prefix();
-    let Ok(Ok((_, all))) =
-        tokio::task::spawn_blocking(move || s.store().list(&prefix, None, None)).await
+    let Ok(Ok((_, all))) = tokio::task::spawn_blocking(move || s.list(&prefix, None, None)).await
     else {
         return;
     };
@@ -148,9 +144,9 @@ pub async fn resume(server: Arc<ApiServer>) {
         if object["metadata"].get("deletionTimestamp").is_some()
             && let Some(name) = object["metadata"]["name"].as_str()
         {
-            server.tasks().spawn(
+            tasks.spawn(
                 "namespace termination",
-                terminate(server.clone(), name.to_string()),
+                terminate(store.clone(), name.to_string()),
             );
         }
     }

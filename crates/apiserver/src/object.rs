@@ -6,7 +6,9 @@
 
 use serde_json::{Map, Value, json};
 
+pub use crate::codec::set_resource_version;
 use crate::resources::{Resource, validate_name};
+use crate::store::{Stored, Write};
 
 /// Characters of a `generateName` suffix, as Kubernetes picks them.
 const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -355,15 +357,10 @@ pub fn builtin_defaults(object: &mut Value, resource: &Resource) {
         }
         for (key, value) in strings {
             if let (Some(text), Some(data)) = (value.as_str(), data.as_object_mut()) {
-                data.insert(key, json!(crate::serve::base64(text.as_bytes())));
+                data.insert(key, json!(crate::codec::base64(text.as_bytes())));
             }
         }
     }
-}
-
-/// Stamps the store's revision on an object read or written.
-pub fn set_resource_version(object: &mut Value, revision: i64) {
-    metadata(object).insert("resourceVersion".into(), json!(revision.to_string()));
 }
 
 /// Marks an object for deletion, as the first delete of an object held by
@@ -379,6 +376,30 @@ pub fn mark_deleting(object: &mut Value) -> bool {
     meta.insert("deletionGracePeriodSeconds".into(), json!(0));
     meta.insert("generation".into(), json!(generation + 1));
     true
+}
+
+/// The next step of deleting a stored object on the server's own behalf
+/// (a namespace's or a CRD's contents): delete it, or mark it for its
+/// finalizers; `None` when it is marked and waiting already.
+pub fn deletion_step(stored: &Stored, object: &mut Value) -> Option<Write> {
+    if !has_finalizers(object) {
+        return Some(Write::Delete {
+            key: stored.key.clone(),
+            expected: Some(stored.revision),
+        });
+    }
+    mark_deleting(object).then(|| Write::Update {
+        key: stored.key.clone(),
+        expected: Some(stored.revision),
+        value: crate::codec::encode(object),
+    })
+}
+
+/// Whether finalizers hold the object.
+pub fn has_finalizers(object: &Value) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
 }
 
 #[cfg(test)]

@@ -115,7 +115,7 @@ impl Resource {
     /// than subdomains.
     pub fn names_are_labels(&self) -> bool {
         self.is_namespaces()
-            || (self.group == crate::clusters::GROUP && self.plural == "logicalclusters")
+            || (self.group == LOGICAL_CLUSTERS_GROUP && self.plural == "logicalclusters")
     }
 }
 
@@ -465,6 +465,28 @@ pub fn validate_name(name: &str, label: bool) -> Result<(), String> {
     } else {
         "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into()
     })
+}
+
+/// The group of `LogicalCluster`.
+pub const LOGICAL_CLUSTERS_GROUP: &str = "tenancy.modelplane.ai";
+
+/// The `LogicalCluster` kind, served by the root cluster only (see the
+/// logical clusters module).
+pub fn logical_clusters() -> Resource {
+    Resource {
+        group: LOGICAL_CLUSTERS_GROUP.into(),
+        version: "v1alpha1".into(),
+        kind: "LogicalCluster".into(),
+        plural: "logicalclusters".into(),
+        singular: "logicalcluster".into(),
+        namespaced: false,
+        short_names: vec!["lc".into()],
+        categories: Vec::new(),
+        status: false,
+        columns: Vec::new(),
+        scale: None,
+        schema: None,
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ use axum::response::{IntoResponse, Response};
 
 use crate::Store;
 use crate::clusters::Clusters;
+use crate::codec::base64;
+use crate::kubeconfig::kubeconfig;
 
 /// How to serve.
 #[derive(Clone, Debug)]
@@ -71,13 +73,6 @@ fn token(dir: &Path) -> std::io::Result<String> {
             Ok(token)
         }
     }
-}
-
-/// A kubeconfig for `server`, trusting the base64 PEM `ca`, with `token`.
-pub fn kubeconfig(server: &str, ca: &str, token: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: modelplane\n  cluster:\n    server: {server}\n    certificate-authority-data: {ca}\nusers:\n- name: modelplane\n  user:\n    token: {token}\ncontexts:\n- name: modelplane\n  context:\n    cluster: modelplane\n    user: modelplane\n    namespace: default\ncurrent-context: modelplane\n"
-    )
 }
 
 /// Equal in time independent of where the inputs differ.
@@ -156,29 +151,9 @@ fn tls_config(cert: &str, key: &str) -> std::io::Result<rustls::ServerConfig> {
     Ok(config)
 }
 
-/// Standard base64 (the kubeconfig's `certificate-authority-data`).
-pub(crate) fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 /// Serves until `shutdown` resolves; `ready` gets the bound address once
 /// the kubeconfig is written. Logical clusters are served under
-/// `/clusters/<name>/` (see [`crate::clusters`]).
+/// `/clusters/<name>/` (see [`Clusters`](crate::Clusters)).
 pub async fn serve(
     config: Config,
     ready: impl FnOnce(SocketAddr, &Path),
@@ -213,7 +188,7 @@ pub async fn serve_clusters(
     )?;
     let clusters = Clusters::open(store);
     clusters.set_endpoint(&format!("https://{addr}"), &base64(cert.as_bytes()), &token);
-    let app = crate::clusters::router(clusters.clone()).layer(axum::middleware::from_fn(
+    let app = crate::http::clusters_router(clusters.clone()).layer(axum::middleware::from_fn(
         move |req, next| authenticate(token.clone(), req, next),
     ));
     let resumed = {
@@ -229,7 +204,7 @@ pub async fn serve_clusters(
         tasks.spawn("gc-resume", crate::gc::resume(server.clone()));
         tasks.spawn(
             "namespaces-resume",
-            crate::namespaces::resume(server.clone()),
+            crate::namespaces::resume(server.store().clone(), server.tasks().clone()),
         );
         tasks.spawn(
             "crd-deletions-resume",
@@ -327,24 +302,4 @@ pub fn run(config: Config, ready: impl FnOnce(SocketAddr, &Path)) -> std::io::Re
         .block_on(serve(config, ready, async {
             let _ = tokio::signal::ctrl_c().await;
         }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::base64;
-
-    #[test]
-    fn base64_matches_rfc_4648() {
-        for (raw, encoded) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(raw.as_bytes()), encoded);
-        }
-    }
 }

@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use modelplane_apiserver::Store;
-use modelplane_apiserver::http::{ApiServer, router};
+use modelplane_apiserver::{ApiServer, router};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -173,7 +173,7 @@ const VERBS: &[(&str, &str)] = &[
 fn server() -> (tempfile::TempDir, Arc<ApiServer>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = ApiServer::new(Store::open(&dir.path().join("state.db")).expect("store"));
-    modelplane_apiserver::namespaces::create(&server, "ns").expect("namespace");
+    modelplane_apiserver::create_namespace(server.store(), "ns").expect("namespace");
     (dir, server)
 }
 
@@ -292,7 +292,7 @@ fn serving(
     runtime: &tokio::runtime::Runtime,
     dir: &std::path::Path,
 ) -> (tokio::sync::oneshot::Sender<()>, std::path::PathBuf) {
-    use modelplane_apiserver::serve::{Config, MAX_CONNECTIONS, serve};
+    use modelplane_apiserver::{Config, MAX_CONNECTIONS, serve};
     let (ready, path) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = Config {

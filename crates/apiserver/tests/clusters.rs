@@ -11,8 +11,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use modelplane_apiserver::clusters::Clusters;
-use modelplane_apiserver::serve::{Config as ServeConfig, serve_clusters};
+use modelplane_apiserver::Clusters;
+use modelplane_apiserver::{Config as ServeConfig, serve_clusters};
 use serde_json::json;
 
 struct Running {
@@ -37,7 +37,7 @@ async fn start(dir: &std::path::Path) -> Running {
     let config = ServeConfig {
         data_dir: dir.to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("addr"),
-        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
+        max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };
     let task = tokio::spawn(serve_clusters(
         config,
@@ -303,7 +303,7 @@ async fn an_unknown_logical_cluster_is_a_404_status() {
     }
     assert!(matches!(
         running.clusters.create("Not_A_Label"),
-        Err(modelplane_apiserver::clusters::CreateError::InvalidName { .. })
+        Err(modelplane_apiserver::CreateError::InvalidName { .. })
     ));
     running.stop().await;
 }

@@ -31,12 +31,12 @@ fn durability_server_child() {
     let Ok(dir) = std::env::var("MODELPLANE_DURABILITY_DIR") else {
         return;
     };
-    let config = modelplane_apiserver::serve::Config {
+    let config = modelplane_apiserver::Config {
         data_dir: dir.into(),
         listen: "127.0.0.1:0".parse().expect("addr"),
-        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
+        max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };
-    modelplane_apiserver::serve::run(config, |_, _| println!("ready")).expect("serve");
+    modelplane_apiserver::run(config, |_, _| println!("ready")).expect("serve");
 }
 
 /// Starts the server process on `dir` and returns it with a client built

@@ -8,7 +8,7 @@ use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use modelplane_apiserver::Store;
-use modelplane_apiserver::http::{ApiServer, router};
+use modelplane_apiserver::{ApiServer, router};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -23,7 +23,7 @@ impl Fixture {
         let store = Store::open(&dir.path().join("state.db")).expect("store");
         let server = ApiServer::new(store);
         for ns in ["ns", "other", "first", "ml"] {
-            modelplane_apiserver::namespaces::create(&server, ns).expect("namespace");
+            modelplane_apiserver::create_namespace(server.store(), ns).expect("namespace");
         }
         Fixture { _dir: dir, server }
     }
@@ -1159,7 +1159,7 @@ async fn watches_beyond_the_limit_get_429_until_one_closes() {
 #[tokio::test]
 async fn bodies_over_the_limit_get_a_413_status() {
     let f = Fixture::new();
-    let big = "x".repeat(modelplane_apiserver::http::MAX_BODY + 1);
+    let big = "x".repeat(modelplane_apiserver::MAX_BODY + 1);
     let (status, refused) = f
         .call(
             Method::POST,
@@ -1521,7 +1521,7 @@ async fn a_sweep_collects_dependents_whose_owner_went_without_collection() {
         .expect("delete");
     let (code, _) = f.call(Method::GET, &format!("{CM}/left-child"), None).await;
     assert_eq!(code, StatusCode::OK, "nothing collected it yet");
-    modelplane_apiserver::gc::sweep(f.server.clone()).await;
+    modelplane_apiserver::collect_garbage(f.server.clone()).await;
     let (code, _) = f.call(Method::GET, &format!("{CM}/left-child"), None).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
 }

@@ -15,7 +15,7 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource as _, ResourceExt};
 use modelplane_apiserver::Store;
-use modelplane_apiserver::http::{ApiServer, router};
+use modelplane_apiserver::{ApiServer, router};
 use serde_json::json;
 
 fn client() -> (tempfile::TempDir, Arc<ApiServer>, Client) {
@@ -541,13 +541,13 @@ async fn a_streaming_list_watcher_gets_the_initial_state_then_changes() {
 
 #[tokio::test]
 async fn over_tcp_and_tls_with_the_kubeconfig_it_writes() {
-    use modelplane_apiserver::serve::{Config as ServeConfig, serve};
+    use modelplane_apiserver::{Config as ServeConfig, serve};
     let dir = tempfile::tempdir().expect("tempdir");
     let (ready, path) = tokio::sync::oneshot::channel();
     let config = ServeConfig {
         data_dir: dir.path().to_path_buf(),
         listen: "127.0.0.1:0".parse().expect("addr"),
-        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
+        max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };
     let server = tokio::spawn(serve(
         config,
@@ -593,7 +593,7 @@ async fn serving(
     tokio::task::JoinHandle<std::io::Result<()>>,
     kube::config::Kubeconfig,
 ) {
-    use modelplane_apiserver::serve::{Config as ServeConfig, serve};
+    use modelplane_apiserver::{Config as ServeConfig, serve};
     let (ready, path) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = ServeConfig {

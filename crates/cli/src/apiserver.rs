@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use modelplane_apiserver::serve::{Config, serve};
+use modelplane_apiserver::{Config, serve};
 
 /// Arguments of `modelplane apiserver`.
 #[derive(Args, Debug)]
@@ -37,7 +37,7 @@ pub struct ApiserverArgs {
     listen: SocketAddr,
     /// Connections open at once (each watch holds one); beyond that new
     /// clients wait until one closes.
-    #[arg(long, value_name = "N", default_value_t = modelplane_apiserver::serve::MAX_CONNECTIONS as u32,
+    #[arg(long, value_name = "N", default_value_t = modelplane_apiserver::MAX_CONNECTIONS as u32,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
 }

@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use modelplane_apiserver::serve::{Config as ServeConfig, run};
+use modelplane_apiserver::{Config as ServeConfig, run};
 use serde_json::json;
 
 pub fn median(mut v: Vec<f64>) -> f64 {
@@ -50,7 +50,7 @@ pub fn serve_if_child() -> bool {
     let config = ServeConfig {
         data_dir: dir.into(),
         listen: "127.0.0.1:0".parse().expect("addr"),
-        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
+        max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };
     run(config, |_, _| println!("ready")).expect("serve");
     true

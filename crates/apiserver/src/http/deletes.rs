@@ -168,29 +168,6 @@ pub(super) fn added_finalizer(old: &Value, new: &Value) -> bool {
         .is_some_and(|after| after.iter().any(|f| !before.contains(f)))
 }
 
-/// The next step of deleting a stored object on the server's own behalf
-/// (a namespace's or a CRD's contents): delete it, or mark it for its
-/// finalizers; `None` when it is marked and waiting already.
-pub(crate) fn deletion_step(stored: &Stored, object: &mut Value) -> Option<Write> {
-    if !has_finalizers(object) {
-        return Some(Write::Delete {
-            key: stored.key.clone(),
-            expected: Some(stored.revision),
-        });
-    }
-    crate::object::mark_deleting(object).then(|| Write::Update {
-        key: stored.key.clone(),
-        expected: Some(stored.revision),
-        value: encode(object),
-    })
-}
-
-pub(crate) fn has_finalizers(object: &Value) -> bool {
-    object["metadata"]["finalizers"]
-        .as_array()
-        .is_some_and(|f| !f.is_empty())
-}
-
 /// Resumes the CRD deletions a restart interrupted.
 pub async fn resume_crd_deletions(server: Arc<ApiServer>) {
     let s = server.clone();
@@ -322,7 +299,7 @@ pub(super) async fn delete_namespace(
         if !target.options.dry_run {
             server.tasks().spawn(
                 "namespace termination",
-                crate::namespaces::terminate(server.clone(), name.to_string()),
+                crate::namespaces::terminate(server.store().clone(), name.to_string()),
             );
         }
     }

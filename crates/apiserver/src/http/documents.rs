@@ -28,7 +28,7 @@ pub(super) async fn pod_log(
         }
         None => None,
     };
-    crate::logs::pod_log(&pod, node.as_ref(), query).await
+    super::logs::pod_log(&pod, node.as_ref(), query).await
 }
 
 /// Aggregated discovery of `/api` or `/apis`, when the client asks for it.

@@ -26,15 +26,17 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 mod admission;
+mod clusters;
 mod deletes;
 mod documents;
+mod logs;
 mod reads;
-mod served;
 mod target;
 mod watches;
 mod writes;
 
 use admission::*;
+pub use clusters::clusters_router;
 pub use deletes::*;
 use documents::*;
 use reads::*;
@@ -42,309 +44,20 @@ use target::*;
 use watches::*;
 use writes::*;
 
+use crate::codec::{encode, read_stored, stamp};
 use crate::discovery;
-use crate::keyspace::Keyspace;
 use crate::object::{
-    Change, Identity, Refusal, prepare_create, prepare_status_update, prepare_update,
-    set_resource_version,
+    Change, Identity, Refusal, deletion_step, has_finalizers, prepare_create,
+    prepare_status_update, prepare_update, set_resource_version,
 };
 use crate::patch::PatchType;
 use crate::resources::{Resource, builtins};
 use crate::selector::{FieldSelector, LabelSelector};
-use crate::store::{self, Event, EventKind, Revision, Store, Stored, Write};
+use crate::server::{ApiServer, CRD_PREFIX};
+use crate::store::{self, Event, EventKind, Revision, Stored, Write};
 
-/// Most watches open at once by default; each holds a task and a channel, so
-/// a client that leaks them gets 429 instead of exhausting the server.
-pub const MAX_WATCHES: usize = 10_000;
 /// Largest accepted request body.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
-
-/// The server's state: one cluster (the root one or a logical one).
-pub struct ApiServer {
-    store: Keyspace,
-    /// Built-in kinds and those of the stored CRDs.
-    resources: std::sync::RwLock<Arc<Vec<Resource>>>,
-    /// What every cluster of the store shares: admission for Modelplane's
-    /// kinds and the compiled schemas of other CRDs.
-    shared: Arc<Shared>,
-    /// The same for the other custom kinds, from their CRDs' schemas, by
-    /// `apiVersion` and plural; each kept with the schema it was compiled from.
-    schemas: std::sync::RwLock<CompiledSchemas>,
-    /// The kinds of each stored CRD: a CRD's write replaces its own entry
-    /// without reading the others again. Held while the table is rebuilt
-    /// from it.
-    crds: std::sync::Mutex<served::CrdKinds>,
-    /// The groups of the CRD writes on their way: until a write is in the
-    /// table, discovery and a request for a kind of its group read the
-    /// stored CRDs again (a client that heard of the CRD on a watch may ask
-    /// for its kind first).
-    crd_writes: std::sync::Mutex<Vec<String>>,
-    /// Serves `LogicalCluster` (the root cluster of a store).
-    root: bool,
-    /// Watches open now, and how many may be ([`MAX_WATCHES`] by default).
-    watches: std::sync::atomic::AtomicUsize,
-    watch_limit: std::sync::atomic::AtomicUsize,
-}
-
-/// A CRD write on its way (see [`ApiServer::crd_write`]).
-pub(crate) struct CrdWrite<'a> {
-    server: &'a ApiServer,
-    group: String,
-}
-
-impl Drop for CrdWrite<'_> {
-    fn drop(&mut self) {
-        // The write itself put the CRD in the table (`crd_written`); a write
-        // that failed changed nothing.
-        let mut writes = lock(&self.server.crd_writes);
-        if let Some(at) = writes.iter().position(|g| *g == self.group) {
-            writes.swap_remove(at);
-        }
-    }
-}
-
-/// A lock whose holder panicked is still taken: what it guards is rebuilt
-/// whole by each holder.
-fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Kept once per store, for every cluster in it: Modelplane's admission
-/// (validation, pruning, defaulting and CEL for Modelplane's kinds) and each
-/// distinct schema of another CRD with its compiled form, so a thousand
-/// clusters with the same CRD hold and compile it once.
-#[derive(Default)]
-pub struct Shared {
-    admission: modelplane_cel::Admission,
-    /// The background work requests start (collections, namespace
-    /// terminations, watch streams), stopped with the server.
-    tasks: modelplane_supervisor::Supervisor,
-    schemas: std::sync::Mutex<std::collections::HashMap<String, Interned>>,
-    /// What the server answered, for `/metrics`.
-    metrics: crate::metrics::Metrics,
-}
-
-struct Interned {
-    schema: Arc<Value>,
-    compiled: Option<Arc<modelplane_cel::SchemaAdmission>>,
-}
-
-impl Shared {
-    /// The one shared copy of `schema`. Copies no cluster holds any more
-    /// are dropped on the way.
-    fn intern(&self, schema: &Arc<Value>) -> Arc<Value> {
-        let Ok(mut schemas) = self.schemas.lock() else {
-            return schema.clone();
-        };
-        schemas.retain(|_, interned| Arc::strong_count(&interned.schema) > 1);
-        schemas
-            .entry(schema.to_string())
-            .or_insert_with(|| Interned {
-                schema: schema.clone(),
-                compiled: None,
-            })
-            .schema
-            .clone()
-    }
-
-    /// The compiled form of `schema`, compiling it the first time.
-    fn compile(&self, schema: &Arc<Value>) -> Arc<modelplane_cel::SchemaAdmission> {
-        let compile = || Arc::new(modelplane_cel::SchemaAdmission::compile((**schema).clone()));
-        let Ok(mut schemas) = self.schemas.lock() else {
-            return compile();
-        };
-        let interned = schemas
-            .entry(schema.to_string())
-            .or_insert_with(|| Interned {
-                schema: schema.clone(),
-                compiled: None,
-            });
-        interned.compiled.get_or_insert_with(compile).clone()
-    }
-}
-
-type CompiledSchemas =
-    std::collections::HashMap<(String, String), (Arc<Value>, Arc<modelplane_cel::SchemaAdmission>)>;
-
-/// Key prefix of the stored CRDs.
-const CRD_PREFIX: &str = "/apiextensions.k8s.io/customresourcedefinitions/";
-
-impl ApiServer {
-    /// A server over `store`, serving the built-in kinds and every CRD stored.
-    pub fn new(store: Store) -> Arc<ApiServer> {
-        ApiServer::in_space(Keyspace::root(Arc::new(store)), Arc::default(), true)
-    }
-
-    /// A server for one cluster's keys of a shared store.
-    pub fn in_space(store: Keyspace, shared: Arc<Shared>, root: bool) -> Arc<ApiServer> {
-        let server = Arc::new(ApiServer {
-            store,
-            resources: std::sync::RwLock::default(),
-            shared,
-            schemas: std::sync::RwLock::default(),
-            crds: std::sync::Mutex::default(),
-            crd_writes: std::sync::Mutex::default(),
-            root,
-            watches: std::sync::atomic::AtomicUsize::new(0),
-            watch_limit: std::sync::atomic::AtomicUsize::new(MAX_WATCHES),
-        });
-        server.sync_crds();
-        // A store that cannot be written shows on the first request.
-        let _ = crate::namespaces::ensure_built_in(&server);
-        server
-    }
-
-    /// Owns the work requests leave running after they answer.
-    pub fn tasks(&self) -> &modelplane_supervisor::Supervisor {
-        &self.shared.tasks
-    }
-
-    /// What the server answered, counted.
-    pub fn metrics(&self) -> &crate::metrics::Metrics {
-        &self.shared.metrics
-    }
-
-    /// What this server shares with the other clusters of its store.
-    pub fn shared(&self) -> &Arc<Shared> {
-        &self.shared
-    }
-
-    /// Caps the watches open at once; more get 429.
-    pub fn limit_watches(&self, limit: usize) {
-        self.watch_limit
-            .store(limit, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// This cluster's keys of the store (for tests and compaction).
-    pub fn store(&self) -> &Keyspace {
-        &self.store
-    }
-
-    /// Every resource served now: the table itself, not a copy. Read for
-    /// discovery, so a CRD write on its way is waited for.
-    pub fn resources(&self) -> Arc<Vec<Resource>> {
-        if !lock(&self.crd_writes).is_empty() {
-            self.sync_crds();
-        }
-        self.table()
-    }
-
-    fn table(&self) -> Arc<Vec<Resource>> {
-        self.resources.read().map(|r| r.clone()).unwrap_or_default()
-    }
-
-    /// The resource `group/version` serves as `plural` (every request
-    /// looks its own up here); while a CRD of `group` is being written, as
-    /// stored now.
-    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Resource> {
-        if lock(&self.crd_writes).iter().any(|g| g == group) {
-            self.sync_crds();
-        }
-        self.table()
-            .iter()
-            .find(|r| r.group == group && r.version == version && r.plural == plural)
-            .cloned()
-    }
-
-    /// Marks a write of a CRD of `group` on its way, until dropped (after
-    /// the write).
-    pub(crate) fn crd_write(&self, group: &str) -> CrdWrite<'_> {
-        lock(&self.crd_writes).push(group.to_string());
-        CrdWrite {
-            server: self,
-            group: group.to_string(),
-        }
-    }
-
-    /// Rebuilds the resource table from the built-ins and the stored CRDs.
-    fn sync_crds(&self) {
-        let mut crds = lock(&self.crds);
-        if let Ok((at, stored)) = self.store.list(CRD_PREFIX, None, None) {
-            crds.listed(at, stored.iter().filter_map(|s| self.crd_entry(s)));
-        }
-        self.publish(&crds);
-    }
-
-    /// Keeps the table in step with a write to the store at `stored.key`
-    /// (by any path: requests, collection, a CRD's cleanup), if a CRD's.
-    pub(crate) fn crd_written(&self, stored: &Stored, deleted: bool) {
-        let Some(name) = stored.key.strip_prefix(CRD_PREFIX) else {
-            return;
-        };
-        if deleted {
-            let mut crds = lock(&self.crds);
-            if crds.deleted(name, stored.revision) {
-                self.publish(&crds);
-            }
-        } else if let Some((name, revision, kinds)) = self.crd_entry(stored) {
-            let mut crds = lock(&self.crds);
-            if crds.stored(name, revision, kinds) {
-                self.publish(&crds);
-            }
-        }
-    }
-
-    /// A stored CRD's name and kinds, their schemas shared store-wide.
-    fn crd_entry(&self, stored: &Stored) -> Option<(String, Revision, Vec<Resource>)> {
-        let crd: Value = serde_json::from_slice(&stored.value).ok()?;
-        let name = crd["metadata"]["name"].as_str()?.to_string();
-        let mut resources = crate::crd::resources(&crd);
-        for resource in &mut resources {
-            if let Some(schema) = &resource.schema {
-                resource.schema = Some(self.shared.intern(schema));
-            }
-        }
-        Some((name, stored.revision, resources))
-    }
-
-    /// Serves the built-ins and the kinds of `crds`.
-    fn publish(&self, crds: &served::CrdKinds) {
-        let mut table = builtins();
-        if self.root {
-            table.push(crate::clusters::resource());
-        }
-        table.extend(crds.kinds().cloned());
-        self.compile_schemas(&table);
-        if let Ok(mut resources) = self.resources.write() {
-            *resources = Arc::new(table);
-        }
-    }
-
-    /// Compiles the schema of every custom kind not Modelplane's own,
-    /// reusing what was compiled before for a schema that did not change.
-    fn compile_schemas(&self, table: &[Resource]) {
-        let Ok(mut schemas) = self.schemas.write() else {
-            return;
-        };
-        let mut compiled = CompiledSchemas::new();
-        for resource in table {
-            let Some(schema) = &resource.schema else {
-                continue;
-            };
-            let api_version = resource.api_version();
-            if modelplane_api::crds::is_modelplane_group(&api_version) {
-                continue;
-            }
-            let key = (api_version, resource.plural.clone());
-            let admission = match schemas.get(&key) {
-                Some((old, admission)) if old == schema => admission.clone(),
-                _ => self.shared.compile(schema),
-            };
-            compiled.insert(key, (schema.clone(), admission));
-        }
-        *schemas = compiled;
-    }
-
-    /// The compiled schema of a custom kind that is not Modelplane's.
-    fn schema_of(&self, resource: &Resource) -> Option<Arc<modelplane_cel::SchemaAdmission>> {
-        let schemas = self.schemas.read().ok()?;
-        schemas
-            .get(&(resource.api_version(), resource.plural.clone()))
-            .map(|(_, admission)| admission.clone())
-    }
-}
 
 /// The router: `/version` and every resource path.
 pub fn router(server: Arc<ApiServer>) -> Router {
@@ -522,13 +235,6 @@ fn refusal(target: &Target, name: &str, r: Refusal) -> Failure {
     }
 }
 
-/// A stored object as served: its bytes parsed, its revision stamped.
-pub(crate) fn read_stored(stored: &Stored) -> Result<Value, serde_json::Error> {
-    let mut object: Value = serde_json::from_slice(&stored.value)?;
-    set_resource_version(&mut object, stored.revision);
-    Ok(object)
-}
-
 fn decode(stored: &Stored) -> Result<Value, Failure> {
     read_stored(stored).map_err(|e| {
         Failure::new(
@@ -537,95 +243,6 @@ fn decode(stored: &Stored) -> Result<Value, Failure> {
             format!("stored object is not JSON: {e}"),
         )
     })
-}
-
-/// The stored form: `apiVersion`, `kind` and `metadata` first (so lists can
-/// stamp the resourceVersion without parsing, see [`stamp`]), no
-/// resourceVersion (the store's revision is the truth).
-pub(crate) fn encode(object: &Value) -> Vec<u8> {
-    match object {
-        // Written in that order as they are, without copying the object.
-        // A map of JSON values always serializes; were it ever to fail, the
-        // object as it is (but for its resourceVersion, which `stamp` adds)
-        // beats storing nothing.
-        Value::Object(map) => serde_json::to_vec(&StoredForm(map)).unwrap_or_else(|_| {
-            let mut object = object.clone();
-            if let Some(metadata) = object["metadata"].as_object_mut() {
-                metadata.remove("resourceVersion");
-            }
-            object.to_string().into()
-        }),
-        _ => b"{}".to_vec(),
-    }
-}
-
-/// The keys [`encode`] writes first, in this order.
-const STORED_FIRST: [&str; 3] = ["apiVersion", "kind", "metadata"];
-
-/// An object as [`encode`] writes it.
-struct StoredForm<'a>(&'a serde_json::Map<String, Value>);
-
-/// A metadata map without its resourceVersion.
-struct MetadataStored<'a>(&'a serde_json::Map<String, Value>);
-
-impl serde::Serialize for StoredForm<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut out = serializer.serialize_map(None)?;
-        for key in STORED_FIRST {
-            match self.0.get(key) {
-                Some(Value::Object(meta)) if key == "metadata" => {
-                    out.serialize_entry(key, &MetadataStored(meta))?;
-                }
-                Some(value) => out.serialize_entry(key, value)?,
-                None => {}
-            }
-        }
-        for (key, value) in self.0 {
-            if !STORED_FIRST.contains(&key.as_str()) {
-                out.serialize_entry(key, value)?;
-            }
-        }
-        out.end()
-    }
-}
-
-impl serde::Serialize for MetadataStored<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        let mut out = serializer.serialize_map(None)?;
-        for (key, value) in self.0 {
-            if key != "resourceVersion" {
-                out.serialize_entry(key, value)?;
-            }
-        }
-        out.end()
-    }
-}
-
-/// The stored bytes with `"resourceVersion":"REV"` spliced into the
-/// top-level metadata, when the bytes have the shape [`encode`] writes:
-/// `{"apiVersion":"…","kind":"…","metadata":{…`. `None` otherwise.
-fn stamp(raw: &[u8], revision: Revision) -> Option<Vec<u8>> {
-    const AT: &[u8] = b",\"metadata\":{";
-    let at = raw.windows(AT.len()).position(|w| w == AT)?;
-    // Exactly the two string fields before it: eight quotes, none escaped.
-    let head = &raw[..at];
-    if !head.starts_with(b"{\"apiVersion\":")
-        || head.iter().filter(|b| **b == b'"').count() != 8
-        || head.contains(&b'\\')
-    {
-        return None;
-    }
-    let split = at + AT.len();
-    let mut out = Vec::with_capacity(raw.len() + 32);
-    out.extend_from_slice(&raw[..split]);
-    out.extend_from_slice(format!("\"resourceVersion\":\"{revision}\"").as_bytes());
-    if raw.get(split) != Some(&b'}') {
-        out.push(b',');
-    }
-    out.extend_from_slice(&raw[split..]);
-    Some(out)
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, Failure> {
@@ -938,40 +555,4 @@ async fn read(server: &Arc<ApiServer>, target: &Target, name: &str) -> Result<St
         .await?
         .map_err(|e| store_failure(target, name, e))?
         .ok_or_else(|| target.not_found(name))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stamping_splices_the_revision_into_top_level_metadata() {
-        let object = json!({ "data": { "x": "\"metadata\":{" }, "metadata": { "name": "a" }, "kind": "ConfigMap", "apiVersion": "v1" });
-        let raw = encode(&object);
-        let stamped: Value =
-            serde_json::from_slice(&stamp(&raw, 42).expect("encoded shape")).expect("JSON");
-        let mut expected = object.clone();
-        expected["metadata"]["resourceVersion"] = json!("42");
-        assert_eq!(stamped, expected);
-        let empty_meta = encode(&json!({ "apiVersion": "v1", "kind": "X", "metadata": {} }));
-        let stamped: Value =
-            serde_json::from_slice(&stamp(&empty_meta, 7).expect("shape")).expect("JSON");
-        assert_eq!(stamped["metadata"], json!({ "resourceVersion": "7" }));
-        assert!(
-            stamp(br#"{"spec":{"metadata":{}},"metadata":{}}"#, 1).is_none(),
-            "other shapes are parsed instead"
-        );
-    }
-
-    #[test]
-    fn the_stored_form_puts_type_and_metadata_first_without_the_resource_version() {
-        let object = json!({ "data": { "b": "1", "a": "2" },
-            "metadata": { "resourceVersion": "5", "name": "c", "labels": { "z": "1" } },
-            "kind": "ConfigMap", "apiVersion": "v1" });
-        assert_eq!(
-            String::from_utf8(encode(&object)).expect("UTF-8"),
-            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","labels":{"z":"1"}},"data":{"b":"1","a":"2"}}"#
-        );
-        assert_eq!(encode(&json!([1])), b"{}");
-    }
 }

@@ -104,7 +104,7 @@ pub(super) async fn check_namespace(
         return Ok(());
     };
     let s = server.clone();
-    match blocking(move || crate::namespaces::refuse_content(&s, &namespace)).await? {
+    match blocking(move || crate::namespaces::refuse_content(s.store(), &namespace)).await? {
         Ok(None) => Ok(()),
         Ok(Some((404, message))) => Err(Failure::new(StatusCode::NOT_FOUND, "NotFound", message)),
         Ok(Some((_, message))) => Err(Failure::new(StatusCode::FORBIDDEN, "Forbidden", message)),

@@ -88,7 +88,7 @@ fn scalar(value: &Field) -> Value {
         Field::F32(n) => json!(n),
         Field::F64(n) => json!(n),
         Field::String(s) => json!(s),
-        Field::Bytes(b) => json!(crate::serve::base64(b)),
+        Field::Bytes(b) => json!(crate::codec::base64(b)),
         Field::EnumNumber(n) => json!(n),
         _ => Value::Null,
     }

@@ -14,7 +14,7 @@ mod json;
 mod schema;
 mod structure;
 
-pub use check::{Read, check};
+pub use check::check;
 pub use structure::structure;
 
 use prost_reflect::{DynamicMessage, Value as Field};

@@ -20,11 +20,12 @@
 //!
 //! Values are opaque bytes: the API layer decides what an object is.
 
+pub(crate) mod fanout;
 mod schema;
 mod writer;
 
-use crate::fanout::Fanout;
 use crate::owners::OwnerIndex;
+use fanout::Fanout;
 use schema::{configure, meta};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, TryLockError, mpsc};

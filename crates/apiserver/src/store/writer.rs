@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::fanout::Fanout;
 use super::schema::meta;
 use super::{Error, Event, EventKind, Job, Rendered, Revision, Stored, Write};
-use crate::fanout::Fanout;
 use crate::owners::OwnerIndex;
 
 /// Writes committed in one transaction at most.

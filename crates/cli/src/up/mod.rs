@@ -231,15 +231,15 @@ async fn start_apiserver(
     fatal_rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
 ) -> anyhow::Result<PathBuf> {
     let (ready, bound) = tokio::sync::oneshot::channel();
-    let config = modelplane_apiserver::serve::Config {
+    let config = modelplane_apiserver::Config {
         data_dir: args.data_dir.clone(),
         listen: args.listen,
-        max_connections: modelplane_apiserver::serve::MAX_CONNECTIONS,
+        max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };
     let listen = args.listen;
     let stopping = supervisor.stopping();
     supervisor.spawn("apiserver", async move {
-        let served = modelplane_apiserver::serve::serve(
+        let served = modelplane_apiserver::serve(
             config,
             move |_, path| {
                 let _ = ready.send(path.to_path_buf());

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
-use crate::http::Failure;
+use super::Failure;
 
 fn bad(message: String) -> Failure {
     Failure::new(StatusCode::BAD_REQUEST, "BadRequest", message)

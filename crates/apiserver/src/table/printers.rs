@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::table::age;
+use super::age;
 
 /// One computed column.
 pub struct Printer {

@@ -6,6 +6,8 @@ use serde_json::{Value, json};
 
 use crate::resources::{Column, Resource};
 
+mod printers;
+
 /// Whether the request asks for a Table.
 pub fn wanted(accept: &str) -> bool {
     accept
@@ -100,7 +102,7 @@ pub fn table(
 ) -> Value {
     let now = jiff::Timestamp::now();
     let mut table = if resource.columns.is_empty()
-        && let Some(printers) = crate::printers::for_kind(&resource.group, &resource.plural)
+        && let Some(printers) = printers::for_kind(&resource.group, &resource.plural)
     {
         printed(printers, items, resource_version, now)
     } else {
@@ -184,7 +186,7 @@ fn by_columns(
 
 /// A Table of a built-in kind, with the columns its printers compute.
 fn printed(
-    printers: &[crate::printers::Printer],
+    printers: &[printers::Printer],
     items: &[Value],
     resource_version: &str,
     now: jiff::Timestamp,

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use tokio::sync::broadcast;
 
-use crate::store::Event;
+use super::Event;
 
 /// Changes a listener may fall behind by before it must resume from the
 /// log (`RecvError::Lagged`). Slots are allocated up front, per keyspace
@@ -18,7 +18,7 @@ const ROOT_BUFFER: usize = 4096;
 const LOGICAL_BUFFER: usize = 1024;
 
 /// Live changes by keyspace (`""` for the root, `~name` for a logical
-/// cluster), as [`crate::keyspace::logical_prefix`] names them.
+/// cluster), as the keyspace module names them.
 #[derive(Default)]
 pub struct Fanout {
     by_space: Mutex<HashMap<String, broadcast::Sender<Event>>>,
