@@ -61,6 +61,8 @@ pub struct Workloads {
     faults: Arc<Faults>,
     by_server: Mutex<HashMap<String, Arc<Workload>>>,
     by_name: Mutex<BTreeMap<String, Arc<Workload>>>,
+    /// The loopback addresses every cluster's pods are given.
+    addresses: kubelet::Addresses,
 }
 
 impl Workloads {
@@ -72,6 +74,7 @@ impl Workloads {
             faults,
             by_server: Mutex::default(),
             by_name: Mutex::default(),
+            addresses: kubelet::Addresses::default(),
         })
     }
 
@@ -205,6 +208,7 @@ impl Workloads {
             edge: Mutex::default(),
             hardware: Mutex::default(),
             kubelet_port,
+            addresses: self.addresses.clone(),
             watches: Mutex::default(),
             logs: logs::Logs::default(),
             nudge: tokio::sync::Notify::new(),
@@ -292,6 +296,8 @@ pub struct Workload {
     hardware: Mutex<BTreeMap<String, dra::Hardware>>,
     /// Where its kubelets answer (pod logs).
     kubelet_port: u16,
+    /// Where its pods' addresses come from: the fleet's.
+    addresses: kubelet::Addresses,
     /// The control loop's inbox, once it runs, and the kinds watched into it.
     watches: Mutex<(
         Option<tokio::sync::mpsc::UnboundedSender<crate::informer::Change>>,

@@ -27,7 +27,7 @@ pub async fn run(workload: Arc<Workload>) {
     workload.start_watches(tx);
     let mut state = State {
         snapshot: Snapshot::default(),
-        kubelets: Kubelets::default(),
+        kubelets: Kubelets::new(workload.addresses.clone()),
         assumed: Assumed::default(),
         events: HashSet::new(),
         edge: String::new(),

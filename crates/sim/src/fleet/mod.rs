@@ -17,19 +17,22 @@ use modelplane_supervisor::Supervisor;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::client::{self, Kind as ApiKind, builtin};
+use crate::client::{Kind as ApiKind, builtin};
 use crate::clock::timestamp;
 use crate::cloud::{self, Observation, Phase, Role};
 use crate::cluster::Workloads;
 use crate::cluster::dra::Hardware;
 use crate::crossplane::{self, KINDS};
 use crate::faults::Faults;
-use crate::helm;
 use crate::informer::{self, Change, Key, Snapshot, Touched};
 use crate::profile::Profile;
 
+mod install;
+mod releases;
 mod work;
 
+use install::install;
+use releases::secret_field;
 use work::{Connection, Effect, Hands, Work};
 
 /// Field manager of what the simulated Crossplane writes.
@@ -77,30 +80,6 @@ const EXTRA: [usize; 4] = [SECRETS, CLUSTERS, CLASSES, FAULTS];
 /// The `Fault` kind (`sim.modelplane.ai/v1alpha1`), cluster-scoped.
 pub fn fault_kind() -> ApiKind {
     ApiKind::new("sim.modelplane.ai/v1alpha1", "Fault", "faults", false)
-}
-
-/// The `Fault` CRD: any spec (the simulator validates it and says so in
-/// its status), printer columns for what a user scans.
-fn fault_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": { "name": "faults.sim.modelplane.ai" },
-        "spec": {
-            "group": "sim.modelplane.ai", "scope": "Cluster",
-            "names": { "plural": "faults", "singular": "fault", "kind": "Fault" },
-            "versions": [{
-                "name": "v1alpha1", "served": true, "storage": true,
-                "subresources": { "status": {} },
-                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } },
-                "additionalPrinterColumns": [
-                    { "name": "CLUSTER", "type": "string", "jsonPath": ".spec.cluster" },
-                    { "name": "TYPE", "type": "string", "jsonPath": ".spec.type" },
-                    { "name": "ACTIVE", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Active')].status" },
-                    { "name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp" },
-                ],
-            }],
-        },
-    })
 }
 
 /// Runs the simulated clouds until the supervisor stops.
@@ -152,58 +131,6 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Installs every Crossplane CRD and the simulated clouds' credentials.
-async fn install(control: &Client) {
-    for kind in KINDS {
-        let crd = crossplane::crd(kind);
-        while let Err(e) = client::apply(control, &builtin::crd(), &crd, MANAGER).await {
-            tracing::warn!(crd = %crd["metadata"]["name"], error = %e, "cannot install CRD; retrying");
-            tokio::time::sleep(RETRY).await;
-        }
-    }
-    let _ = client::apply(control, &builtin::crd(), &fault_crd(), MANAGER).await;
-    let namespace = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": CREDENTIALS_NAMESPACE } });
-    let _ = client::apply(control, &builtin::namespace(), &namespace, MANAGER).await;
-    // Each simulated cloud account: the `default` ClusterProviderConfig
-    // compose refers to, with credentials the simulated cloud accepts.
-    for family in ["aws", "gcp", "azure", "nebius", "vultr"] {
-        let secret = json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": { "name": format!("sim-{family}-credentials"), "namespace": CREDENTIALS_NAMESPACE },
-            "stringData": { "credentials": format!("simulated {family} account") },
-        });
-        let mut config = json!({
-            "apiVersion": format!("{family}.m.upbound.io/v1beta1"),
-            "kind": "ClusterProviderConfig",
-            "metadata": { "name": "default" },
-            "spec": { "credentials": { "source": "Secret", "secretRef": {
-                "namespace": CREDENTIALS_NAMESPACE, "name": format!("sim-{family}-credentials"), "key": "credentials",
-            } } },
-        });
-        // GCP and Nebius name the account's project in the config.
-        if matches!(family, "gcp" | "nebius") {
-            config["spec"]["projectID"] = json!(format!("sim-{family}-project"));
-        }
-        let kind = ApiKind::new(
-            &format!("{family}.m.upbound.io/v1beta1"),
-            "ClusterProviderConfig",
-            "clusterproviderconfigs",
-            false,
-        );
-        for _ in 0..30 {
-            let done = client::create(control, &builtin::secret(), &secret)
-                .await
-                .is_ok()
-                && client::create(control, &kind, &config).await.is_ok();
-            if done {
-                break;
-            }
-            // The CRD was just applied and may not be served yet.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
     }
 }
 
@@ -837,114 +764,6 @@ impl Fleet {
             status: None,
         })
     }
-
-    fn provider_health(&self, key: &Key, object: Arc<Value>) -> Work {
-        let running = self.provider_running(&key.2);
-        let installed =
-            json!({ "type": "Installed", "status": "True", "reason": "ActivePackageRevision" });
-        let healthy = if running {
-            json!({ "type": "Healthy", "status": "True", "reason": "HealthyPackageRevision" })
-        } else {
-            json!({ "type": "Healthy", "status": "False", "reason": "UnhealthyPackageRevision",
-                "message": "Deployment has 0 available replicas: its DeploymentRuntimeConfig sets replicas: 0" })
-        };
-        let conditions = [installed, healthy];
-        let changed = conditions.iter().any(|c| {
-            cloud::condition(&object, c["type"].as_str().unwrap_or_default())
-                .is_none_or(|p| p["status"] != c["status"] || p["reason"] != c["reason"])
-        });
-        let stamp = timestamp();
-        let status = changed.then(|| {
-            json!({
-                "conditions": conditions.iter().map(|c| { let mut c = c.clone(); c["lastTransitionTime"] = json!(stamp); c }).collect::<Vec<_>>(),
-                "currentIdentifier": object["spec"]["package"],
-                "resolvedPackage": object["spec"]["package"],
-            })
-        });
-        Work {
-            index: key.0,
-            object,
-            effect: None,
-            status,
-        }
-    }
-
-    /// A Helm release: its provider config's kubeconfig Secret must exist;
-    /// an unknown chart fails; installing takes the profile's release time.
-    fn plan_release(&mut self, key: &Key, object: Arc<Value>, now: Duration) -> Option<Work> {
-        let running = self.provider_running("provider-helm");
-        let chart_name = object["spec"]["forProvider"]["chart"]["name"]
-            .as_str()
-            .unwrap_or_default();
-        let chart = helm::chart(chart_name);
-        let credentials = self.release_kubeconfig(key, &object);
-        let blocked = credentials.as_ref().err().cloned();
-        if running && blocked.is_none() && !self.since.contains_key(key) {
-            self.since.insert(key.clone(), now);
-        }
-        let observation = Observation {
-            object: &object,
-            provider_running: running,
-            blocked: blocked.clone(),
-            failure: chart.as_ref().err().map(String::as_str),
-            since: self.since.get(key).copied(),
-            provisioning: self
-                .hands
-                .config
-                .profile
-                .scale(self.hands.config.profile.release),
-            now,
-        };
-        let phase = cloud::phase(&observation);
-        match &phase {
-            Phase::Creating { ready_at } => self.wake(key.clone(), *ready_at),
-            Phase::Blocked(_) => self.wake(key.clone(), now + RETRY),
-            _ => {}
-        }
-        let effect = match (&phase, credentials, chart) {
-            (Phase::Available, Ok(kubeconfig), Ok(chart)) => Some(Effect::Release {
-                kubeconfig,
-                chart,
-                namespace: object["spec"]["forProvider"]["namespace"]
-                    .as_str()
-                    .unwrap_or("default")
-                    .to_string(),
-            }),
-            _ => None,
-        };
-        let at_provider = (phase == Phase::Available).then(|| {
-            json!({ "revision": 1, "state": "deployed", "releaseDescription": "Install complete" })
-        });
-        let status = cloud::status_update(&object, &phase, at_provider, &timestamp());
-        (effect.is_some() || status.is_some()).then_some(Work {
-            index: key.0,
-            object,
-            effect,
-            status,
-        })
-    }
-
-    /// The kubeconfig a Release's provider config points at.
-    fn release_kubeconfig(&self, key: &Key, object: &Value) -> Result<String, String> {
-        let config_name = object["spec"]["providerConfigRef"]["name"]
-            .as_str()
-            .unwrap_or("default");
-        let index = Self::kind_index("helm.m.crossplane.io", "ProviderConfig")
-            .ok_or("helm ProviderConfig is not served")?;
-        let config = self.get(index, &key.1, config_name).ok_or_else(|| {
-            format!("cannot connect to the provider: cannot get referenced ProviderConfig: ProviderConfig.helm.m.crossplane.io \"{config_name}\" not found")
-        })?;
-        let secret_ref = &config["spec"]["credentials"]["secretRef"];
-        let namespace = secret_ref["namespace"].as_str().unwrap_or(&key.1);
-        let name = secret_ref["name"].as_str().unwrap_or_default();
-        let field = secret_ref["key"].as_str().unwrap_or("kubeconfig");
-        let secret = self.get(SECRETS, namespace, name).ok_or_else(|| {
-            format!("cannot connect to the provider: cannot get credentials secret {namespace}/{name}: not found")
-        })?;
-        secret_field(secret, field).ok_or_else(|| {
-            format!("cannot connect to the provider: credentials secret {namespace}/{name} has no key {field}")
-        })
-    }
 }
 
 /// The connection Secret `(namespace, name)` resource `key` writes, if any
@@ -969,21 +788,4 @@ fn provider_config_group(kind: &crossplane::Kind) -> &'static str {
         "provider-helm" => "helm.m.crossplane.io",
         _ => "kubernetes.m.crossplane.io",
     }
-}
-
-/// A Secret's `key`, decoded from `data` (base64) or read from `stringData`.
-fn secret_field(secret: &Value, key: &str) -> Option<String> {
-    if let Some(text) = secret["stringData"][key].as_str() {
-        return Some(text.to_string());
-    }
-    let encoded = secret["data"][key].as_str()?;
-    let bytes = base64_decode(encoded)?;
-    String::from_utf8(bytes).ok()
-}
-
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    use k8s_openapi::ByteString;
-    serde_json::from_value::<ByteString>(json!(text))
-        .ok()
-        .map(|b| b.0)
 }

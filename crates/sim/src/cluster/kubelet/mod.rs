@@ -18,19 +18,25 @@
 //! computed from that state and the snapshot.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::expand::{command_line, environment};
-use super::launch::{self, Exit, Launch, Process};
+mod addresses;
+mod process;
+mod weights;
+
+pub use addresses::Addresses;
+pub use weights::Source;
+
+use super::launch::{Exit, Launch};
 use super::world::{World, Write, deleting, kinds, name, namespace, pod_done};
-use crate::engine::{Engine, EngineConfig};
 use crate::profile::Profile;
+use addresses::Address;
 use modelplane_api::labels::ENGINE_PORT;
+use process::{resolve, serve, start};
 
 const SOURCE: &str = "kubelet";
 /// The kubelet's hold on a pod it runs, so a deletion waits for the container to stop.
@@ -61,113 +67,8 @@ fn finalizers(pod: &Value, hold: bool) -> Write {
 /// A pod: `(namespace, name)`.
 type PodKey = (String, String);
 
-/// The next loopback address handed to a pod (127.1.0.1 onwards).
-static NEXT_IP: AtomicU32 = AtomicU32::new(0);
-
-/// Pods' addresses: 127.1.0.0 to 127.254.255.255, handed out in turn.
-const FIRST_ADDRESS: u32 = 0x7f01_0000;
-const ADDRESSES: u32 = 254 << 16;
-
-/// An address never handed out: if its port is taken too, something
-/// listens on that port on every address (`0.0.0.0:8000`).
-const PROBE_ADDRESS: Ipv4Addr = Ipv4Addr::new(127, 255, 255, 254);
-
 /// How long a kubelet waits to create a failed sandbox again.
 const SANDBOX_RETRY: Duration = Duration::from_secs(10);
-
-/// A pod's loopback address, held for as long as the pod runs here.
-#[derive(Debug)]
-struct Address {
-    ip: Ipv4Addr,
-    /// The engine port, bound but not listening: another process on this
-    /// machine (a second `modelplane up`, a test's second simulator) hands
-    /// out addresses from the same range, and must see this one taken while
-    /// the engine pulls, starts, loads or backs off. Unlike a listener it
-    /// refuses connections, as a pod with no engine listening does.
-    _held: tokio::net::TcpSocket,
-}
-
-/// Why no address could be held for a pod.
-#[derive(Debug)]
-enum NoAddress {
-    /// Something listens on the port on every address.
-    TakenEverywhere,
-    /// The system refused a socket (too many open files, …).
-    Refused(std::io::Error),
-}
-
-impl std::fmt::Display for NoAddress {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NoAddress::TakenEverywhere => write!(
-                f,
-                "the engine port is taken on every loopback address; is another process on this machine listening on it?"
-            ),
-            NoAddress::Refused(e) => write!(f, "no loopback address for the engine: {e}"),
-        }
-    }
-}
-
-/// The next address of `counter`'s range whose port `port` nothing holds.
-/// Taken ones (another process's pods and engines) are skipped, however
-/// many; the search ends when the port is taken everywhere or the system
-/// refuses a socket.
-fn next_address(counter: &AtomicU32, port: u16) -> Result<Address, NoAddress> {
-    let mut probed = false;
-    for _ in 0..ADDRESSES {
-        let n = counter.fetch_add(1, Ordering::Relaxed) % ADDRESSES;
-        let ip = Ipv4Addr::from(FIRST_ADDRESS + n);
-        let octet = ip.octets()[3];
-        if octet == 0 || octet == 255 {
-            continue;
-        }
-        match hold(ip, port) {
-            Ok(held) => return Ok(Address { ip, _held: held }),
-            // Taken: another process's engine or pod is there, or a
-            // listener on every address (asked once, at the first taken).
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                if !probed && taken_everywhere(port).map_err(NoAddress::Refused)? {
-                    return Err(NoAddress::TakenEverywhere);
-                }
-                probed = true;
-            }
-            Err(e) => return Err(NoAddress::Refused(e)),
-        }
-    }
-    Err(NoAddress::TakenEverywhere)
-}
-
-/// Whether something listens on `port` on every address: then the probe
-/// address, which no pod has, is taken too. The probe sets `SO_REUSEADDR`
-/// before it binds, so two kubelets probing at once do not see each other.
-fn taken_everywhere(port: u16) -> std::io::Result<bool> {
-    let probe = tokio::net::TcpSocket::new_v4()?;
-    probe.set_reuseaddr(true)?;
-    match probe.bind(SocketAddr::from((PROBE_ADDRESS, port))) {
-        Ok(()) => Ok(false),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Ok(true),
-        Err(e) => Err(e),
-    }
-}
-
-/// Binds `ip:port` without `SO_REUSEADDR`, which fails while any socket
-/// holds it, then sets the option so the engine's own listener (which
-/// sets it too) may bind beside it.
-fn hold(ip: Ipv4Addr, port: u16) -> std::io::Result<tokio::net::TcpSocket> {
-    let socket = tokio::net::TcpSocket::new_v4()?;
-    socket.bind(SocketAddr::from((ip, port)))?;
-    socket.set_reuseaddr(true)?;
-    Ok(socket)
-}
-
-/// Where an engine's weights come from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Source {
-    /// The cluster's shared storage (the ModelCache volume, or a download).
-    Storage,
-    /// A peer pod serving the model, over the pool's fabric (ModelExpress).
-    Peer { pod: String, fabric: String },
-}
 
 #[derive(Debug)]
 enum Stage {
@@ -236,6 +137,8 @@ pub struct Kubelets {
     sandbox_retries: HashMap<PodKey, Duration>,
     /// The port a pod's address holds: the engine port (another in tests).
     held_port: u16,
+    /// Where pods' addresses come from: the fleet's.
+    addresses: Addresses,
 }
 
 impl Default for Kubelets {
@@ -246,6 +149,7 @@ impl Default for Kubelets {
             last: None,
             sandbox_retries: HashMap::new(),
             held_port: ENGINE_PORT,
+            addresses: Addresses::default(),
         }
     }
 }
@@ -282,120 +186,20 @@ fn pod_key(pod: &Value) -> PodKey {
     (namespace(pod).to_string(), name(pod).to_string())
 }
 
-/// The bytes of the model an engine loads: the ModelCache volume's size
-/// when it reads from one, else its parameter count at 16 bits.
-fn model_bytes(world: &World<'_>, pod: &Value, launch: &Launch) -> f64 {
-    const GI: f64 = 1024.0 * 1024.0 * 1024.0;
-    for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
-        let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() else {
-            continue;
-        };
-        let mounted_at = pod["spec"]["containers"][0]["volumeMounts"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|m| m["name"] == volume["name"])
-            .and_then(|m| m["mountPath"].as_str())
-            .unwrap_or_default();
-        if !mounted_at.is_empty() && launch.model.starts_with(mounted_at) {
-            let size = world
-                .get(kinds::PVC, namespace(pod), claim)
-                .and_then(|p| p["spec"]["resources"]["requests"]["storage"].as_str())
-                .and_then(parse_gi)
-                .unwrap_or(10.0);
-            return size * GI;
-        }
-    }
-    parameters(&launch.model).map_or(GI, |billions| billions * 2.0 * 1e9)
-}
-
-fn parse_gi(quantity: &str) -> Option<f64> {
-    let (number, unit) = quantity.split_at(
-        quantity
-            .find(|c: char| c.is_alphabetic())
-            .unwrap_or(quantity.len()),
-    );
-    let n: f64 = number.parse().ok()?;
-    Some(match unit {
-        "Ti" => n * 1024.0,
-        "Gi" | "" => n,
-        "Mi" => n / 1024.0,
-        "T" => n * 1e12 / 1073741824.0,
-        "G" => n * 1e9 / 1073741824.0,
-        _ => n,
-    })
-}
-
-/// Billions of parameters a model's name says (`Qwen3-8B`, `480B-A35B`).
-fn parameters(model: &str) -> Option<f64> {
-    let upper = model.to_uppercase();
-    let bytes = upper.as_bytes();
-    for (i, b) in bytes.iter().enumerate() {
-        if *b != b'B' || i == 0 {
-            continue;
-        }
-        let start = upper[..i]
-            .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .map_or(0, |p| p + 1);
-        let ends_word = bytes.get(i + 1).is_none_or(|n| !n.is_ascii_alphanumeric());
-        if start < i && ends_word && (start == 0 || !bytes[start - 1].is_ascii_alphabetic()) {
-            return upper[start..i].parse().ok();
-        }
-    }
-    None
-}
-
-/// The pod a host name resolves to: `<hostname>.<subdomain>.<namespace>`,
-/// with or without `.svc.cluster.local`, as cluster DNS answers for pods
-/// behind a headless Service.
-fn resolve<'w>(world: &'w World<'_>, address: &str) -> Option<&'w Value> {
-    let host = address
-        .split(':')
-        .next()?
-        .trim_end_matches(".svc.cluster.local");
-    let mut parts = host.splitn(3, '.');
-    let (hostname, subdomain, ns) = (parts.next()?, parts.next()?, parts.next()?);
-    world.all(kinds::POD).find(|p| {
-        namespace(p) == ns
-            && p["spec"]["hostname"] == hostname
-            && p["spec"]["subdomain"] == subdomain
-            && !deleting(p)
-    })
-}
-
 fn backoff(profile: &Profile, restarts: u32) -> Duration {
     let seconds = (10u64 << restarts.saturating_sub(1).min(5)).min(300);
     profile.scale(Duration::from_secs(seconds))
 }
 
-fn devices_of(world: &World<'_>, pod: &Value) -> u64 {
-    // A pod's claims: named directly, or generated from a template (the
-    // name its status gives).
-    pod["spec"]["resourceClaims"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|claim| {
-            let name = match claim["resourceClaimName"].as_str() {
-                Some(direct) => direct.to_string(),
-                None => pod["status"]["resourceClaimStatuses"]
-                    .as_array()?
-                    .iter()
-                    .find(|s| s["name"] == claim["name"])?["resourceClaimName"]
-                    .as_str()?
-                    .to_string(),
-            };
-            world.get(kinds::CLAIM, namespace(pod), &name)
-        })
-        .map(|c| {
-            c["status"]["allocation"]["devices"]["results"]
-                .as_array()
-                .map_or(0, Vec::len) as u64
-        })
-        .sum()
-}
-
 impl Kubelets {
+    /// Kubelets giving pods addresses from `addresses`.
+    pub fn new(addresses: Addresses) -> Kubelets {
+        Kubelets {
+            addresses,
+            ..Kubelets::default()
+        }
+    }
+
     /// One pass over every pod bound to a node.
     pub fn step(&mut self, world: &World<'_>, cx: &Context<'_>) -> Pass {
         let elapsed = self
@@ -551,7 +355,7 @@ impl Kubelets {
             {
                 return;
             }
-            let address = match next_address(&NEXT_IP, self.held_port) {
+            let address = match self.addresses.next(self.held_port) {
                 Ok(address) => {
                     self.sandbox_retries.remove(&key);
                     address
@@ -981,282 +785,13 @@ fn termination_message(container: &Value, run: &Run) -> Option<String> {
     (!tail.is_empty()).then_some(tail)
 }
 
-/// Whether the Hugging Face token `container` is given (its `HF_TOKEN`,
-/// from a Secret) is one the Hub would refuse: Hub tokens begin `hf_`.
-/// A container given no token (or whose Secret is not seen yet) downloads
-/// what is public.
-fn refused_token(world: &World<'_>, pod: &Value, container: &Value) -> bool {
-    let Some(reference) = container["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["name"] == "HF_TOKEN")
-        .map(|e| &e["valueFrom"]["secretKeyRef"])
-    else {
-        return false;
-    };
-    let token = reference["name"]
-        .as_str()
-        .and_then(|secret| world.get(kinds::SECRET, namespace(pod), secret))
-        .and_then(|secret| {
-            let key = reference["key"].as_str()?;
-            let encoded = secret["data"][key].as_str()?;
-            serde_json::from_value::<k8s_openapi::ByteString>(Value::String(encoded.into())).ok()
-        })
-        .map(|bytes| String::from_utf8_lossy(&bytes.0).trim().to_string());
-    // A Secret not seen yet reads as no token (what is public downloads).
-    token.is_some_and(|t| !t.starts_with("hf_"))
-}
-
-/// Starts the container of `pod`: expands its env and command, and runs
-/// what they launch.
-fn start(world: &World<'_>, pod: &Value, run: &mut Run, cx: &Context<'_>, writes: &mut Vec<Write>) {
-    let container = &pod["spec"]["containers"][0];
-    let image = container["image"].as_str().unwrap_or_default();
-    let (_, env) = environment(pod, container);
-    let (command, args) = command_line(container, &env);
-    let mut shell_log = String::new();
-    let argv = launch::argv(image, &command, &args, &env, &mut shell_log);
-    match launch::process(&argv, shell_log) {
-        Process::Exits(exit) => exited(pod, run, exit, cx, writes),
-        Process::Service => {
-            run.launch = None;
-            run.stage = Stage::Running;
-        }
-        Process::Download { repo } if refused_token(world, pod, container) => {
-            // The Hub refuses a token it did not issue, as it answers `hf
-            // download` with one: the container exits, and its Job fails.
-            let log = format!(
-                "huggingface_hub.errors.HfHubHTTPError: 401 Client Error: Unauthorized for url: https://huggingface.co/api/models/{repo}/revision/main\nInvalid credentials in Authorization header\n"
-            );
-            exited(pod, run, Exit { code: 1, log }, cx, writes);
-        }
-        Process::Download { repo } => {
-            run.log.push_str(&format!("Downloading {repo}\n"));
-            let size = pod["spec"]["volumes"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find_map(|v| {
-                    world.get(
-                        kinds::PVC,
-                        namespace(pod),
-                        v["persistentVolumeClaim"]["claimName"].as_str()?,
-                    )
-                })
-                .and_then(|p| p["spec"]["resources"]["requests"]["storage"].as_str())
-                .and_then(parse_gi)
-                .unwrap_or(10.0);
-            run.download = true;
-            run.stage = Stage::Loading {
-                remaining: size * 1024.0 * 1024.0 * 1024.0,
-                source: Source::Storage,
-            };
-        }
-        Process::Engine(l) => {
-            let per_node = l.world_size.div_ceil(l.nnodes.max(1)) as u64;
-            let devices = devices_of(world, pod);
-            if per_node > devices.max(1) || (per_node > 1 && devices < per_node) {
-                let exit = Exit {
-                    code: 1,
-                    log: format!(
-                        "ValueError: The number of required GPUs ({per_node}) exceeds the total number of available GPUs ({devices}) on this node\n"
-                    ),
-                };
-                return exited(pod, run, exit, cx, writes);
-            }
-            run.log.push_str(&format!("INFO: vLLM-compatible engine (simulated) starting: model={} served_model_name={:?} rank {}/{}\n", l.model, l.served_names, l.node_rank, l.nnodes));
-            if l.node_rank > 0 {
-                let address = l.master_addr.clone().unwrap_or_default();
-                if resolve(world, &address).is_none() {
-                    run.launch = Some(l);
-                    run.stage = Stage::Connecting {
-                        until: cx.now + cx.profile.scale(Duration::from_secs(30)),
-                    };
-                    return;
-                }
-            }
-            if let Some(claim) = unhydrated_cache(world, pod, &l) {
-                let exit = Exit {
-                    code: 1,
-                    log: format!(
-                        "OSError: {} does not appear to have a file named config.json (the volume of claim {claim} holds no model yet)\n",
-                        l.model
-                    ),
-                };
-                return exited(pod, run, exit, cx, writes);
-            }
-            let bytes = model_bytes(world, pod, &l);
-            let pool = |node: &str| {
-                world.get(kinds::NODE, "", node).and_then(|n| {
-                    n["metadata"]["labels"][modelplane_api::labels::POOL]
-                        .as_str()
-                        .map(str::to_string)
-                })
-            };
-            let fabric = pool(&run.node).and_then(|p| cx.fabrics.get(&p).cloned());
-            // The ModelExpress loader runs only when the engine asks for it
-            // (`--load-format modelexpress`, `mx`) and knows its server.
-            let mx_loader = matches!(l.load_format.as_deref(), Some("modelexpress" | "mx"));
-            let mx_server = container["env"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|e| e["name"] == "MODEL_EXPRESS_URL" || e["name"] == "MX_SERVER_ADDRESS");
-            let wants_mx = mx_loader && mx_server;
-            let source = fabric
-                .filter(|_| cx.model_express && wants_mx)
-                .and_then(|fabric| peer_source(world, pod, &l, &fabric))
-                .unwrap_or(Source::Storage);
-            let message = match &source {
-                Source::Storage => format!(
-                    "Loading {:.0} GiB of weights from storage",
-                    bytes / 1073741824.0
-                ),
-                Source::Peer { pod: peer, fabric } => format!(
-                    "Loading {:.0} GiB of weights from peer {peer} over {fabric} (ModelExpress)",
-                    bytes / 1073741824.0
-                ),
-            };
-            writes.push(event(pod, "Normal", "LoadingWeights", message));
-            run.launch = Some(l);
-            run.stage = Stage::Loading {
-                remaining: bytes,
-                source,
-            };
-        }
-    }
-}
-
-/// The cache claim an engine reads its model from while no hydration Job
-/// mounting it has completed (the volume is still empty): one has when the
-/// claim records it, or a completed one is still there.
-fn unhydrated_cache(world: &World<'_>, pod: &Value, launch: &Launch) -> Option<String> {
-    let container = &pod["spec"]["containers"][0];
-    let volume = pod["spec"]["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|v| {
-            v["persistentVolumeClaim"]["claimName"].is_string()
-                && container["volumeMounts"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|m| {
-                        m["name"] == v["name"]
-                            && m["mountPath"]
-                                .as_str()
-                                .is_some_and(|path| launch.model.starts_with(path))
-                    })
-        })?;
-    let claim = volume["persistentVolumeClaim"]["claimName"].as_str()?;
-    let recorded = world
-        .get(kinds::PVC, namespace(pod), claim)
-        .is_some_and(|pvc| pvc["metadata"]["annotations"][super::HYDRATED] == "true");
-    let hydrated = recorded
-        || world.all(kinds::JOB).any(|job| {
-            namespace(job) == namespace(pod)
-                && super::world::condition(job, "Complete").is_some_and(|c| c["status"] == "True")
-                && job["spec"]["template"]["spec"]["volumes"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|v| v["persistentVolumeClaim"]["claimName"] == claim)
-        });
-    (!hydrated).then(|| claim.to_string())
-}
-
-/// A pod of the same model that serves already: ModelExpress's source.
-fn peer_source(world: &World<'_>, pod: &Value, launch: &Launch, fabric: &str) -> Option<Source> {
-    world
-        .all(kinds::POD)
-        .filter(|p| name(p) != name(pod) && super::world::pod_ready(p))
-        .find(|p| {
-            let c = &p["spec"]["containers"][0];
-            let (_, env) = environment(p, c);
-            let (command, args) = command_line(c, &env);
-            let mut log = String::new();
-            let argv = launch::argv(
-                c["image"].as_str().unwrap_or_default(),
-                &command,
-                &args,
-                &env,
-                &mut log,
-            );
-            // A source is a replica of the same model, layout and rank that
-            // loaded through ModelExpress (its publisher registered it).
-            matches!(launch::process(&argv, log), Process::Engine(l)
-                if l.model == launch.model
-                    && l.node_rank == launch.node_rank
-                    && l.world_size == launch.world_size
-                    && matches!(l.load_format.as_deref(), Some("modelexpress" | "mx")))
-        })
-        .map(|p| Source::Peer {
-            pod: name(p).to_string(),
-            fabric: fabric.to_string(),
-        })
-}
-
-/// Starts an engine's server on `ip:port`. The port is bound here, so a
-/// port another process listens on fails the engine at once, as uvicorn's
-/// bind does.
-fn serve(ip: Ipv4Addr, port: u16, launch: &Launch, cx: &Context<'_>) -> Result<Serving, Exit> {
-    let addr = SocketAddr::from((ip, port));
-    let listener = std::net::TcpListener::bind(addr)
-        .and_then(|l| l.set_nonblocking(true).map(|()| l))
-        .map_err(|e| bind_failure(port, &e))?;
-    let (stop, mut stopped) = watch::channel(false);
-    let config = EngineConfig {
-        model: launch
-            .served_names
-            .first()
-            .cloned()
-            .unwrap_or_else(|| launch.model.clone()),
-        time_to_first_token: Duration::from_millis(20),
-        inter_token_latency: Duration::from_millis(5),
-        ..EngineConfig::default()
-    };
-    (cx.spawn)(Box::pin(async move {
-        let listener = match tokio::net::TcpListener::from_std(listener) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::error!(%addr, error = %e, "engine cannot listen");
-                return;
-            }
-        };
-        let engine = Engine::new(config);
-        // Ends when the pod's run is dropped (stop gone) — connections too.
-        let until_stopped = async move {
-            let _ = stopped.changed().await;
-        };
-        tokio::select! {
-            _ = crate::engine::serve(listener, engine, std::future::pending()) => {}
-            () = until_stopped => {}
-        }
-    }));
-    Ok(Serving { _stop: stop })
-}
-
-/// How uvicorn exits when it cannot bind its port.
-fn bind_failure(port: u16, error: &std::io::Error) -> Exit {
-    let reason = error.to_string();
-    let reason = reason
-        .split(" (os error")
-        .next()
-        .unwrap_or_default()
-        .to_lowercase();
-    Exit {
-        code: 1,
-        log: format!(
-            "ERROR:    [Errno {}] error while attempting to bind on address ('0.0.0.0', {port}): {reason}\n",
-            error.raw_os_error().unwrap_or(0)
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+    use std::sync::atomic::AtomicU32;
+
+    use super::addresses::*;
+    use super::weights::*;
     use super::*;
     use crate::informer::{Change, Snapshot};
 
