@@ -194,14 +194,21 @@ fn serve(args: &GatewayArgs, config: GatewayConfig, feed: Feed) -> anyhow::Resul
             ),
         }
         tasks.spawn("gateway-health", modelplane_gateway::health::run(gateway.clone(), wait()));
-        let serving =
-            modelplane_gateway::server::serve(listener, gateway, wait(), Duration::from_secs(30));
-        tokio::pin!(serving);
-        tokio::select! {
-            result = &mut serving => return result.map_err(Into::into),
-            () = crate::logging::terminated() => {}
-        }
+        let address = listener.local_addr()?;
+        tasks.spawn_front("gateway-server", |draining| async move {
+            modelplane_gateway::server::serve(listener, gateway, draining, Duration::from_secs(30))
+                .await
+                .map_err(|e| format!("the gateway on {address} stopped: {e}"))
+        });
+        let failed = tokio::select! {
+            () = crate::logging::terminated() => None,
+            why = tasks.failure() => Some(why),
+        };
+        // In-flight requests and streams finish (up to 30 s), then the rest.
         tasks.shutdown().await;
-        serving.await.map_err(Into::into)
+        match failed {
+            Some(why) => Err(anyhow::anyhow!("{why}")),
+            None => Ok(()),
+        }
     })
 }

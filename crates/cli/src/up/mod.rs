@@ -142,11 +142,11 @@ fn log_file(dir: &Path, format: LogFormat) -> anyhow::Result<PathBuf> {
 
 async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
+    // A part that stops on its own (the API server, the controllers, the
+    // gateway) is critical: it stops the whole process with its error,
+    // rather than leaving it half up.
     let supervisor = Supervisor::default();
-    // A part that stops on its own (the API server, the controllers) stops
-    // the whole process with its error, rather than leaving it half up.
-    let (fatal, mut fatal_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let kubeconfig = start_apiserver(args, &supervisor, fatal.clone(), &mut fatal_rx).await?;
+    let kubeconfig = start_apiserver(args, &supervisor).await?;
     let client = crate::controller::client(Some(&kubeconfig)).await?;
     let gateway_listener = tokio::net::TcpListener::bind(args.gateway_listen)
         .await
@@ -160,7 +160,7 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
     modelplane_sim::start(raw, profile.clone(), &supervisor)
         .await
         .context("starting the simulated fleet")?;
-    start_controllers(&supervisor, &client, gateway_address, fatal);
+    start_controllers(&supervisor, &client, gateway_address);
     let gateway = start_gateway(&supervisor, &client)?;
     progress::step(
         started,
@@ -194,22 +194,22 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
         progress::follow(client.clone(), gateway.clone(), started),
     );
 
-    let failure = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let failed = failure.clone();
-    let stop = async move {
-        tokio::select! {
-            () = crate::logging::terminated() => {}
-            Some(why) = fatal_rx.recv() => {
-                if let Ok(mut f) = failed.lock() {
-                    *f = Some(why);
-                }
-            }
-        }
+    supervisor.spawn_front("gateway-server", |draining| async move {
+        modelplane_gateway::server::serve(
+            gateway_listener,
+            gateway,
+            draining,
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|e| format!("the gateway on {gateway_address} stopped: {e}"))
+    });
+
+    let failed = tokio::select! {
+        () = crate::logging::terminated() => None,
+        why = supervisor.failure() => Some(why),
     };
-    let serving =
-        modelplane_gateway::server::serve(gateway_listener, gateway, stop, Duration::from_secs(10));
-    let result = serving.await;
-    if let Some(why) = failure.lock().ok().and_then(|mut f| f.take()) {
+    if let Some(why) = failed {
         println!("error: {why}; stopping");
         supervisor.shutdown().await;
         anyhow::bail!("{why}");
@@ -220,16 +220,11 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
         "stopped; `modelplane up --data-dir {}` resumes this fleet",
         args.data_dir.display()
     );
-    result.context("serving the gateway")
+    Ok(())
 }
 
 /// Starts the API server on the data dir; returns its kubeconfig's path.
-async fn start_apiserver(
-    args: &UpArgs,
-    supervisor: &Supervisor,
-    fatal: tokio::sync::mpsc::UnboundedSender<String>,
-    fatal_rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
-) -> anyhow::Result<PathBuf> {
+async fn start_apiserver(args: &UpArgs, supervisor: &Supervisor) -> anyhow::Result<PathBuf> {
     let (ready, bound) = tokio::sync::oneshot::channel();
     let config = modelplane_apiserver::Config {
         data_dir: args.data_dir.clone(),
@@ -238,7 +233,7 @@ async fn start_apiserver(
     };
     let listen = args.listen;
     let stopping = supervisor.stopping();
-    supervisor.spawn("apiserver", async move {
+    supervisor.spawn_critical("apiserver", async move {
         let served = modelplane_apiserver::serve(
             config,
             move |_, path| {
@@ -247,30 +242,19 @@ async fn start_apiserver(
             stopping,
         )
         .await;
-        let _ = fatal.send(match served {
+        Err(match served {
             Err(e) => format!("the API server on {listen} stopped: {e}"),
             Ok(()) => format!("the API server on {listen} stopped"),
-        });
+        })
     });
     match bound.await {
         Ok(path) => Ok(path),
-        // It ended before it was ready: its reason follows.
-        Err(_) => Err(anyhow::anyhow!(
-            "{}",
-            fatal_rx
-                .recv()
-                .await
-                .unwrap_or_else(|| "the API server stopped while starting".into())
-        )),
+        // It ended before it was ready: its reason is the failure.
+        Err(_) => Err(anyhow::anyhow!("{}", supervisor.failure().await)),
     }
 }
 
-fn start_controllers(
-    supervisor: &Supervisor,
-    client: &kube::Client,
-    gateway: SocketAddr,
-    fatal: tokio::sync::mpsc::UnboundedSender<String>,
-) {
+fn start_controllers(supervisor: &Supervisor, client: &kube::Client, gateway: SocketAddr) {
     let config = modelplane_controller::Config {
         gateway_address: Some(gateway.to_string()),
         // One process: nothing to elect.
@@ -288,13 +272,13 @@ fn start_controllers(
     };
     let control = modelplane_controller::target::Connection::new("control plane", client.clone());
     let stopping = supervisor.stopping();
-    supervisor.spawn("controllers", async move {
-        let _ = fatal.send(
+    supervisor.spawn_critical("controllers", async move {
+        Err(
             match modelplane_controller::run(config, control, stopping).await {
                 Err(e) => format!("the controllers stopped: {e}"),
                 Ok(()) => "the controllers stopped".into(),
             },
-        );
+        )
     });
 }
 
