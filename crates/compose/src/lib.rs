@@ -35,7 +35,7 @@ pub use deployment::{CacheLookup, DeploymentInputs, compose_model_deployment};
 pub use endpoint::{EndpointInputs, compose_model_endpoint};
 pub use gateway::{GatewayInputs, compose_inference_gateway};
 pub use providers::{ProvidersInputs, compose_providers, plan_providers};
-pub use replica::{ReplicaInputs, compose_model_replica};
+pub use replica::{ReplicaInputs, compose_model_replica, compose_model_replica_reading};
 pub use service::{ServiceInputs, compose_model_service};
 pub use stack::{StackInputs, compose_serving_stack};
 

@@ -200,9 +200,22 @@ fn waiting(composition: &mut Composition, reason: &str, event: &str) {
 
 /// Composes a ModelReplica on its cluster's stack.
 pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
-    let replica = inputs.replica;
+    compose_model_replica_reading(inputs.replica, inputs.cluster, |workload| {
+        inputs.observed.get(workload.name()).copied()
+    })
+}
+
+/// Composes a ModelReplica on its cluster's stack in one pass, reading each
+/// composed workload's observed readiness through `observed` (`None`: not
+/// observed): what the workloads are called is known once they are
+/// composed, so the controller needs no first pass to learn their names.
+pub fn compose_model_replica_reading(
+    replica: &ModelReplica,
+    cluster: Option<&InferenceCluster>,
+    observed: impl Fn(&Desired) -> Option<bool>,
+) -> Composition {
     let mut out = Composition::default();
-    let Some(cluster) = inputs.cluster else {
+    let Some(cluster) = cluster else {
         // The cluster is unknown: keep whatever runs, explain, compose nothing new.
         waiting(
             &mut out,
@@ -254,7 +267,7 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
     };
 
     let composer = composer(stack);
-    let mut workloads = Vec::new();
+    let mut workloads: Vec<Option<bool>> = Vec::new();
     out.desired
         .push(Desired::team_namespace(&cluster_name, &namespace));
     for (engine, plan) in replica.spec.engines.iter().zip(plans) {
@@ -267,8 +280,9 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
                 member,
             ));
         }
-        workloads.push(plan.workload_name.clone());
-        out.desired.push(composer.workload(plan));
+        let workload = composer.workload(plan);
+        workloads.push(observed(&workload));
+        out.desired.push(workload);
     }
     out.desired.extend(routing::routing_objects(
         &cluster_name,
@@ -278,10 +292,7 @@ pub fn compose_model_replica(inputs: ReplicaInputs<'_>) -> Composition {
         disaggregated,
     ));
 
-    let observed: Vec<Option<bool>> = workloads
-        .iter()
-        .map(|w| inputs.observed.get(w).copied())
-        .collect();
+    let observed = workloads;
     if observed.iter().all(Option::is_none) {
         let image = replica
             .spec

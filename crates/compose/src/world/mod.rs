@@ -198,6 +198,10 @@ pub struct World {
     /// stored; `None` when the Secret does not exist. Read when a cache is
     /// reconciled, never listed, never logged.
     pub cache_tokens: BTreeMap<Key, Option<BTreeMap<String, String>>>,
+    /// The scheduler's view of every cluster, built on the first
+    /// composition that needs it after `clusters` changed (see
+    /// [`World::clusters_changed`]), not once per deployment composed.
+    views: std::sync::OnceLock<Arc<Vec<Cluster>>>,
 }
 
 impl ReadinessRule {
@@ -410,13 +414,26 @@ impl World {
         ))
     }
 
-    /// The scheduler's view of every cluster.
-    pub fn cluster_views(&self) -> Vec<Cluster> {
-        let mut interner = DeviceInterner::default();
-        self.clusters
-            .values()
-            .map(|c| Cluster::from_resource(c, &mut interner))
-            .collect()
+    /// The scheduler's view of every cluster: built once per change of
+    /// `clusters`, shared by every deployment composed until the next.
+    pub fn cluster_views(&self) -> Arc<Vec<Cluster>> {
+        self.views
+            .get_or_init(|| {
+                let mut interner = DeviceInterner::default();
+                Arc::new(
+                    self.clusters
+                        .values()
+                        .map(|c| Cluster::from_resource(c, &mut interner))
+                        .collect(),
+                )
+            })
+            .clone()
+    }
+
+    /// Says `clusters` changed: the scheduler's views are built again when
+    /// next needed. Whoever writes `clusters` after a composition calls it.
+    pub fn clusters_changed(&mut self) {
+        self.views = std::sync::OnceLock::new();
     }
 }
 
@@ -477,5 +494,28 @@ mod tests {
             &json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "a" } }),
         );
         assert_eq!(ns.to_string(), "Namespace a");
+    }
+
+    #[test]
+    fn the_schedulers_views_are_built_once_per_change_of_the_clusters() {
+        let cluster = |name: &str| -> Arc<InferenceCluster> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "apiVersion": "modelplane.ai/v1alpha1", "kind": "InferenceCluster",
+                    "metadata": { "name": name },
+                    "spec": { "cluster": { "source": "Existing",
+                        "existing": { "secretRef": { "name": "kc" } } } },
+                }))
+                .expect("an InferenceCluster"),
+            )
+        };
+        let mut world = World::default();
+        world.clusters.insert("a".into(), cluster("a"));
+        let first = world.cluster_views();
+        assert!(Arc::ptr_eq(&first, &world.cluster_views()), "built once");
+        world.clusters.insert("b".into(), cluster("b"));
+        world.clusters_changed();
+        let second = world.cluster_views();
+        assert_eq!((first.len(), second.len()), (1, 2));
     }
 }

@@ -12,9 +12,8 @@ use modelplane_scheduler::ExistingReplica;
 
 use super::{World, condition_true, key, typed_condition_true};
 use crate::{
-    CacheLookup, Composition, DeploymentInputs, EndpointInputs, ReplicaInputs, ServiceInputs,
-    Target, compose_model_deployment, compose_model_endpoint, compose_model_replica,
-    compose_model_service,
+    CacheLookup, Composition, DeploymentInputs, EndpointInputs, ServiceInputs, Target,
+    compose_model_deployment, compose_model_endpoint, compose_model_service,
 };
 
 impl World {
@@ -214,31 +213,12 @@ impl World {
             .clusters
             .get(&replica.spec.cluster_name)
             .map(|c| c.as_ref());
-        // What the workloads are called, and when each counts as ready, is
-        // what this replica composes; their observed readiness feeds back.
-        let first = compose_model_replica(ReplicaInputs {
-            replica,
-            cluster,
-            observed: &BTreeMap::new(),
+        // Each workload's observed readiness (by the rule it was composed
+        // with) is read as it is composed: one pass.
+        let composition = crate::compose_model_replica_reading(replica, cluster, |workload| {
+            self.observed(workload)
+                .map(|o| workload.ready_when.is_met(o))
         });
-        let observed: BTreeMap<String, bool> = first
-            .desired
-            .iter()
-            .filter(|d| d.target != Target::ControlPlane)
-            .filter_map(|d| {
-                self.observed(d)
-                    .map(|o| (d.name().to_string(), d.ready_when.is_met(o)))
-            })
-            .collect();
-        let composition = if observed.is_empty() {
-            first
-        } else {
-            compose_model_replica(ReplicaInputs {
-                replica,
-                cluster,
-                observed: &observed,
-            })
-        };
         let composition = self.with_pod_truth(replica, composition);
         let name = &replica.spec.cluster_name;
         Some(match self.reachability.get(name) {

@@ -298,9 +298,10 @@ impl Index {
             .then(|| self.hosted_on(&key))
             .flatten();
         let stored = match kind {
-            Kind::Cluster => {
-                typed(object).map(|o| drop(self.world.clusters.insert(key.clone(), o)))
-            }
+            Kind::Cluster => typed(object).map(|o| {
+                self.world.clusters.insert(key.clone(), o);
+                self.world.clusters_changed();
+            }),
             Kind::Class => typed(object).map(|o| drop(self.world.classes.insert(key.clone(), o))),
             Kind::Gateway => {
                 typed(object).map(|o| drop(self.world.gateways.insert(key.clone(), o)))
@@ -451,6 +452,7 @@ impl Index {
             Kind::Cluster => {
                 self.placement_views.remove(key);
                 drop(self.world.clusters.remove(key));
+                self.world.clusters_changed();
             }
             Kind::Class => drop(self.world.classes.remove(key)),
             Kind::Gateway => drop(self.world.gateways.remove(key)),
