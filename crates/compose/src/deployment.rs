@@ -14,7 +14,7 @@ use modelplane_api::labels;
 use modelplane_api::names;
 use modelplane_api::types::{DeploymentMember, ModelCache, ModelDeployment};
 use modelplane_scheduler::{
-    Cluster, Deployment, ExistingReplica, Hold, Options, Placement, schedule,
+    Cluster, Deployment, ExistingReplica, Explain, Hold, Options, Placement, schedule,
 };
 use serde_json::{Map, Value, json};
 
@@ -148,9 +148,11 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
         &deployment,
         clusters,
         inputs.replicas,
+        // Why the replicas short of the count found no place comes from the
+        // same pass: no second one to ask.
         Options {
             fill,
-            explain: false,
+            explain: Explain::WhenShort,
         },
     );
     let placed = match result {
@@ -229,23 +231,20 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     let total = placed.placements.len();
     let desired = placed.requested as usize;
     let short = (total < desired).then(|| {
-        // Why the rest found no place, per cluster and pool: the scheduler
-        // explains only when asked, so it is asked again only here.
-        let explained = schedule(
-            &deployment,
-            clusters,
-            inputs.replicas,
-            Options {
-                fill,
-                explain: true,
-            },
-        );
-        let explanations = explained.map(|e| e.explanations).unwrap_or_default();
+        let explanations = &placed.explanations;
+        out.notes = explanations
+            .iter()
+            .filter(|e| !matches!(e.reason, modelplane_scheduler::Reason::NotNeeded))
+            .map(|e| match &e.pool {
+                Some(pool) => format!("{}/{pool}: {}", e.cluster, e.reason),
+                None => format!("{}: {}", e.cluster, e.reason),
+            })
+            .collect();
         let shortfall = match (&cache_ref, fill) {
             (Some(cache), false) => Shortfall::ModelCache(cache.clone()),
-            _ => Shortfall::of(&explanations),
+            _ => Shortfall::of(explanations),
         };
-        if let Some(why) = explain_unplaced(&explanations) {
+        if let Some(why) = explain_unplaced(explanations) {
             out.events.push(warning(
                 "FailedScheduling",
                 format!(

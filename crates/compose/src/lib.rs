@@ -178,6 +178,10 @@ pub struct Composition {
     /// (a deployment short of Ready replicas): its `Ready` stays False with
     /// this reason. `None`: Ready follows the composed objects alone.
     pub waiting: Option<Waiting>,
+    /// What a reader is told beyond the conditions, one line each: why a
+    /// deployment's replicas short of its count found no place, per
+    /// cluster and pool (what `modelplane render` prints under it).
+    pub notes: Vec<String>,
 }
 
 /// What a subject's `Ready` waits for beyond its composed objects.

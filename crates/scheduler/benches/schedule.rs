@@ -166,7 +166,7 @@ fn bench(c: &mut Criterion) {
                 &replicas,
                 Options {
                     fill: true,
-                    explain: false,
+                    explain: modelplane_scheduler::Explain::Never,
                 },
             )
         })
@@ -180,7 +180,7 @@ fn bench(c: &mut Criterion) {
                 &replicas,
                 Options {
                     fill: true,
-                    explain: false,
+                    explain: modelplane_scheduler::Explain::Never,
                 },
             )
         })

@@ -130,15 +130,28 @@ pub enum Hold {
 pub struct Options {
     /// Place new replicas (false while the model cache is unresolved or missing).
     pub fill: bool,
-    /// Explain every cluster and pool not chosen.
-    pub explain: bool,
+    /// When to explain every cluster and pool not chosen.
+    pub explain: Explain,
+}
+
+/// When a pass explains the clusters and pools it did not choose: the
+/// explanations cost a look at every pool of every cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Explain {
+    /// Never.
+    Never,
+    /// Only when the deployment is short of replicas after the pass: why
+    /// the rest found no place, without a second pass to ask.
+    WhenShort,
+    /// Always (`modelplane schedule --explain`).
+    Always,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             fill: true,
-            explain: true,
+            explain: Explain::Always,
         }
     }
 }

@@ -146,7 +146,7 @@ fn run_opts(d: &Deployment, c: &[Cluster], r: &[ExistingReplica]) -> Option<Sche
         r,
         Options {
             fill: true,
-            explain: false,
+            explain: modelplane_scheduler::Explain::Never,
         },
     )
     .ok()

@@ -488,7 +488,7 @@ fn without_fill_only_retained_replicas_are_returned() {
     let c = clusters(vec![cluster("a").pool("p", 4, vec![gpu(1, "80Gi")])]);
     let options = Options {
         fill: false,
-        explain: false,
+        explain: modelplane_scheduler::Explain::Never,
     };
     let s = schedule(
         &one_gpu("m", 3),

@@ -11,7 +11,8 @@ use crate::matching::{self, CompiledEngine, Matcher, ResolvedRequest};
 use crate::model::{Cluster, Deployment, ExistingReplica};
 use crate::taints;
 use crate::{
-    DropReason, Dropped, EnginePlacement, Hold, MemberPlacement, Options, Placement, Schedule,
+    DropReason, Dropped, EnginePlacement, Explain, Hold, MemberPlacement, Options, Placement,
+    Schedule,
 };
 
 /// How one engine fits one pool, ignoring capacity.
@@ -260,7 +261,7 @@ pub(crate) fn run(
         fits: vec![None; clusters.len()],
     };
     if !candidates.iter().any(|c| *c) {
-        let explanations = if options.explain {
+        let explanations = if options.explain != Explain::Never {
             explain::selector_mismatches(deployment, clusters)
         } else {
             Vec::new()
@@ -282,7 +283,7 @@ pub(crate) fn run(
     scale_down(&mut placements, deployment.replicas as usize, &mut dropped);
     let shortfall = (deployment.replicas as usize).saturating_sub(placements.len());
 
-    let mut ledger = if (options.fill && shortfall > 0) || options.explain {
+    let mut ledger = if (options.fill && shortfall > 0) || options.explain == Explain::Always {
         Some(build_ledger(&pass, &sorted, &by_name, &placements))
     } else {
         None
@@ -295,9 +296,18 @@ pub(crate) fn run(
     }
     placements.sort_by(|a, b| (&a.cluster, a.index).cmp(&(&b.cluster, b.index)));
 
-    let explanations = match (&ledger, options.explain) {
-        (Some(ledger), true) => explain::explain(&mut pass, ledger, &placements),
-        _ => Vec::new(),
+    let explain = match options.explain {
+        Explain::Never => false,
+        Explain::WhenShort => placements.len() < deployment.replicas as usize,
+        Explain::Always => true,
+    };
+    let explanations = match ledger {
+        _ if !explain => Vec::new(),
+        Some(ledger) => explain::explain(&mut pass, &ledger, &placements),
+        None => {
+            let ledger = build_ledger(&pass, &sorted, &by_name, &placements);
+            explain::explain(&mut pass, &ledger, &placements)
+        }
     };
     Ok(Schedule {
         requested: deployment.replicas,
