@@ -1,21 +1,23 @@
 //! The fleet a command reads from manifests: admitted exactly as `validate`
-//! admits them, then typed, with the scheduler's view of each cluster.
+//! admits them, then typed, and the world they describe.
 
 use std::collections::BTreeMap;
 
 use anyhow::Context;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use modelplane_api::types::{
     InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
 };
-use modelplane_scheduler::{Cluster, Deployment, DeviceInterner, ExistingReplica};
+use modelplane_compose::world::{self, ObjectRef, World};
+use modelplane_scheduler::{Deployment, ExistingReplica};
 use serde_json::Value;
+use std::sync::Arc;
 
 use crate::validate::{check_paths, print_problems};
 
-/// Placeholder gateway of a cluster that has no status yet.
-pub fn placeholder_gateway(cluster: &str) -> String {
-    format!("{cluster}.gateway.invalid")
-}
+/// Base64 of `<token from the Secret>`: what a gated ModelCache's token
+/// shows as in a render, which reads no Secrets.
+pub const TOKEN_PLACEHOLDER: &str = "PHRva2VuIGZyb20gdGhlIFNlY3JldD4=";
 
 /// The typed objects of the inputs.
 #[derive(Default)]
@@ -39,13 +41,63 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// The scheduler's view of every cluster (see [`cluster_view`]).
-    pub fn cluster_views(&self) -> Vec<Cluster> {
-        let mut interner = DeviceInterner::default();
-        self.clusters
-            .iter()
-            .map(|c| cluster_view(c, &self.classes, &mut interner))
-            .collect()
+    /// The world these objects describe, as the controllers would first
+    /// observe it: Modelplane's own objects and the cloud provider configs
+    /// given. A gated ModelCache's token reads as [`TOKEN_PLACEHOLDER`]: no
+    /// Secret is read.
+    pub fn world(&self) -> World {
+        let mut world = World::default();
+        let named = |m: &ObjectMeta| {
+            world::key(
+                m.namespace.as_deref(),
+                m.name.as_deref().unwrap_or_default(),
+            )
+        };
+        for c in &self.clusters {
+            world
+                .clusters
+                .insert(named(&c.metadata), Arc::new(c.clone()));
+        }
+        for c in &self.classes {
+            world
+                .classes
+                .insert(named(&c.metadata), Arc::new(c.clone()));
+        }
+        for c in &self.caches {
+            world.caches.insert(named(&c.metadata), Arc::new(c.clone()));
+            let auth = c
+                .spec
+                .hugging_face
+                .as_ref()
+                .and_then(|hf| hf.auth_secret.as_ref());
+            if let Some(auth) = auth {
+                let secret = world::key(c.metadata.namespace.as_deref(), &auth.name);
+                let field = auth.key.clone().unwrap_or_else(|| "HF_TOKEN".into());
+                let data = BTreeMap::from([(field, TOKEN_PLACEHOLDER.to_string())]);
+                world.cache_tokens.insert(secret, Some(data));
+            }
+        }
+        for r in &self.replicas {
+            world
+                .replicas
+                .insert(named(&r.metadata), Arc::new(r.clone()));
+        }
+        for d in &self.deployments {
+            world
+                .deployments
+                .insert(named(&d.metadata), Arc::new(d.clone()));
+        }
+        if let Some(g) = &self.gateway {
+            world
+                .gateways
+                .insert(named(&g.metadata), Arc::new(g.clone()));
+        }
+        for c in &self.cloud_provider_configs {
+            world
+                .provider_configs
+                .insert(ObjectRef::of(c), Arc::new(c.clone()));
+        }
+        world
     }
 
     /// The scheduler's view of every existing ModelReplica.
@@ -59,36 +111,6 @@ impl Fleet {
 
 fn typed<T: serde::de::DeserializeOwned>(value: Value) -> anyhow::Result<T> {
     serde_json::from_value(value).context("an admitted object does not fit its type")
-}
-
-/// The scheduler's view of a cluster. A cluster whose status is given is
-/// taken as it is, as the scheduler would see it on the control plane (no
-/// gateway address means not eligible for new replicas); only a cluster
-/// without any status gets a derived one: its pools from its classes,
-/// Ready, and a placeholder gateway address.
-pub fn cluster_view(
-    cluster: &InferenceCluster,
-    classes: &[InferenceClass],
-    interner: &mut DeviceInterner,
-) -> Cluster {
-    if cluster.status.is_some() {
-        return Cluster::from_resource(cluster, interner);
-    }
-    let mut cluster = cluster.clone();
-    let name = cluster.metadata.name.clone().unwrap_or_default();
-    cluster.status = Some(modelplane_api::types::InferenceClusterStatus {
-        gpu_pools: Some(cluster.spec.gpu_pools(classes)),
-        conditions: Some(vec![modelplane_api::types::Condition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..Default::default()
-        }]),
-        gateway: Some(modelplane_api::types::GatewayAddress {
-            address: Some(placeholder_gateway(&name)),
-        }),
-        ..Default::default()
-    });
-    Cluster::from_resource(&cluster, interner)
 }
 
 pub fn key(namespace: &Option<String>, name: &Option<String>) -> String {

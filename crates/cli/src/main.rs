@@ -10,7 +10,6 @@ mod gateway;
 mod inputs;
 mod logging;
 mod output;
-mod platform;
 mod providers;
 mod rbac;
 mod recipes;

@@ -1,26 +1,27 @@
 //! `modelplane render`: every object the controllers would create for a
 //! fleet and its deployments on a first pass, like `helm template`.
 //!
-//! Data flow: manifests → fleet (as `schedule` reads it; every cluster Ready)
-//! → `compose_model_deployment` per deployment (each seeing the replicas of
-//! those before it) → `compose_model_replica` per composed ModelReplica on
-//! its cluster's stack → objects grouped by target.
+//! Data flow: manifests → a [`World`] as the controllers would observe
+//! them → every cluster brought to running by its own compositions
+//! ([`World::assume_running`]) → every deployment placed in key order, each
+//! seeing the replicas of those before it → each subject's composition, the
+//! same `World::compose` the controllers apply → objects grouped by target.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::{Args, ValueEnum};
-use modelplane_api::types::{InferenceCluster, ModelDeployment, ModelReplica, Source};
-use modelplane_compose::{
-    CacheInputs, CacheLookup, DeploymentInputs, Desired, ReplicaInputs, Target, Token,
-    compose_model_cache, compose_model_deployment, compose_model_replica,
-};
-use modelplane_scheduler::{Cluster, ExistingReplica, Options, schedule};
+use modelplane_api::types::{InferenceCluster, Source};
+use modelplane_api::{labels, names};
+use modelplane_compose::recipes;
+use modelplane_compose::world::first_pass::Placed;
+use modelplane_compose::world::{self, Subject, World};
+use modelplane_compose::{Desired, Target};
 use serde_json::{Value, json};
 
-use crate::fleet::{Fleet, deployment_view, key, load};
+use crate::fleet::{Fleet, load};
 
 /// Output format of `render`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -103,8 +104,6 @@ struct Rendered {
     summaries: Vec<Summary>,
     objects: BTreeMap<Target, Vec<String>>,
     held: bool,
-    /// ModelReplicas per cluster, for each cluster's replica guard.
-    hosted: BTreeMap<String, usize>,
 }
 
 /// Serializes one object in the output format.
@@ -131,88 +130,188 @@ fn add(
     Ok(())
 }
 
-/// Composes each replica on its cluster and serializes the objects. Runs on
-/// its own thread while the main one schedules the next deployments: on two
-/// cores the two halves of a render overlap.
-fn compose_on_clusters(
-    replicas: std::sync::mpsc::Receiver<ModelReplica>,
-    by_name: &BTreeMap<&str, &InferenceCluster>,
+/// Composes `subjects` from `world` and serializes what `keep` accepts, in
+/// order. The cores share the work: composing a fleet's replicas and
+/// writing their objects as text is most of a render.
+fn compose_all(
+    world: &World,
+    subjects: &[Subject],
     format: Format,
     keep: &(dyn Fn(&Target) -> bool + Sync),
-) -> anyhow::Result<BTreeMap<Target, Vec<String>>> {
-    let mut objects = BTreeMap::new();
-    let no_workloads = BTreeMap::new();
-    for replica in replicas {
-        let cluster = by_name.get(replica.spec.cluster_name.as_str()).copied();
-        let on_cluster = compose_model_replica(ReplicaInputs {
-            replica: &replica,
-            cluster,
-            observed: &no_workloads,
-        });
-        add(&mut objects, &on_cluster.desired, format, keep)?;
-    }
-    Ok(objects)
+) -> anyhow::Result<Vec<Vec<(Target, String)>>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = subjects.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = subjects
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || -> anyhow::Result<Vec<Vec<(Target, String)>>> {
+                    part.iter()
+                        .map(|subject| {
+                            let composition = world.compose(subject).unwrap_or_default();
+                            serialized(&composition.desired, format, keep)
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        let mut out = Vec::with_capacity(subjects.len());
+        for worker in workers {
+            let part = worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("a composing thread panicked"))??;
+            out.extend(part);
+        }
+        Ok(out)
+    })
 }
 
+/// The objects of `desired` that `keep` accepts, serialized.
+fn serialized(
+    desired: &[Desired],
+    format: Format,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
+) -> anyhow::Result<Vec<(Target, String)>> {
+    desired
+        .iter()
+        .filter(|d| keep(&d.target))
+        .map(|d| Ok((d.target.clone(), serialize(&d.object, format)?)))
+        .collect()
+}
+
+/// The fleet's first pass, composed by the world the controllers use:
+/// every cluster brought to running, every deployment placed in key order,
+/// then each kind's composition — ModelReplicas and their workloads, each
+/// cluster with its cloud cluster and stack, each cache.
 fn render(
     fleet: &Fleet,
     format: Format,
     keep: &(dyn Fn(&Target) -> bool + Sync),
 ) -> anyhow::Result<Rendered> {
-    let by_name: BTreeMap<&str, &InferenceCluster> = fleet
-        .clusters
+    let mut world = fleet.world();
+    world.assume_running();
+    let placed = world.place_deployments();
+    let mut rendered = Rendered {
+        summaries: Vec::new(),
+        objects: BTreeMap::new(),
+        held: false,
+    };
+    let mut summaries = Vec::new();
+    for p in &placed {
+        summaries.push(deployment_summary(&world, p, &mut rendered.held));
+        add(&mut rendered.objects, &p.composition.desired, format, keep)?;
+    }
+    let replicas: Vec<Subject> = placed
         .iter()
-        .map(|c| (c.metadata.name.as_deref().unwrap_or_default(), c))
+        .flat_map(|p| p.replicas.iter().cloned().map(Subject::Replica))
         .collect();
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let worker = scope.spawn(|| compose_on_clusters(rx, &by_name, format, keep));
-        let mut rendered = place_deployments(fleet, &by_name, tx, format, keep)?;
-        let cluster_objects = worker
-            .join()
-            .map_err(|_| anyhow::anyhow!("the composing thread panicked"))??;
-        rendered.objects.extend(cluster_objects);
-        render_platform(fleet, &mut rendered, format, keep)?;
-        Ok(rendered)
-    })
+    for objects in compose_all(&world, &replicas, format, keep)? {
+        for (target, object) in objects {
+            rendered.objects.entry(target).or_default().push(object);
+        }
+    }
+    render_platform(&world, &mut rendered, format, keep)?;
+    let caches = render_caches(&world, &mut rendered, format, keep)?;
+    rendered.summaries.extend(caches);
+    rendered.summaries.append(&mut summaries);
+    Ok(rendered)
 }
 
-/// Adds every InferenceCluster's objects and its ServingStack's, with a
-/// summary per cluster ahead of the deployments'.
+/// What deployment `p` became, in one line and its notes: where each
+/// replica went, or why it holds; for replicas short of the count, why
+/// they found no place, per cluster and pool, as its composition notes.
+fn deployment_summary(world: &World, p: &Placed, held: &mut bool) -> Summary {
+    let composition = &p.composition;
+    let mut explanations = Vec::new();
+    if composition.hold {
+        *held = true;
+        let why: Vec<String> = composition
+            .conditions
+            .iter()
+            .map(|c| format!("{}: {}", c.reason, c.message))
+            .collect();
+        return Summary {
+            line: format!("{}: held ({})", p.key, why.join("; ")),
+            explanations,
+        };
+    }
+    let placed: Vec<String> = p
+        .replicas
+        .iter()
+        .filter_map(|k| world.replicas.get(k))
+        .map(|r| {
+            let stack = world
+                .clusters
+                .get(&r.spec.cluster_name)
+                .map(|c| format!("{:?}", c.spec.stack()))
+                .unwrap_or_default();
+            format!("{} ({stack})", r.spec.cluster_name)
+        })
+        .collect();
+    let requested = world.deployments.get(&p.key).map_or(0, |d| d.spec.replicas);
+    let missing_cache = composition
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ModelCacheResolved" && c.status != "True");
+    if let Some(cache) = missing_cache {
+        explanations.push(cache.message.clone());
+    }
+    explanations.extend(composition.notes.iter().cloned());
+    Summary {
+        line: format!(
+            "{}: {} of {requested} replicas placed{}",
+            p.key,
+            placed.len(),
+            if placed.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", placed.join(", "))
+            }
+        ),
+        explanations,
+    }
+}
+
+/// Adds every InferenceCluster's objects, its cloud cluster's and its
+/// ServingStack's, with a summary per cluster ahead of the deployments'.
 fn render_platform(
-    fleet: &Fleet,
+    world: &World,
     rendered: &mut Rendered,
     format: Format,
     keep: &(dyn Fn(&Target) -> bool + Sync),
 ) -> anyhow::Result<()> {
-    let mut clusters: Vec<&InferenceCluster> = fleet.clusters.iter().collect();
-    clusters.sort_by_key(|c| c.metadata.name.clone());
     let mut summaries = Vec::new();
-    let mut running = Vec::new();
-    for cluster in clusters {
-        let name = cluster.metadata.name.clone().unwrap_or_default();
-        let hosted = rendered.hosted.get(&name).copied().unwrap_or(0);
-        let platform = crate::platform::compose(
-            cluster,
-            &fleet.classes,
-            hosted,
-            &fleet.cloud_provider_configs,
-        );
-        add(
-            &mut rendered.objects,
-            &platform.cluster.desired,
-            format,
-            keep,
-        )?;
-        if let Some(cloud) = &platform.cloud {
+    for (name, cluster) in &world.clusters {
+        let composition = world
+            .compose(&Subject::Cluster(name.clone()))
+            .unwrap_or_default();
+        add(&mut rendered.objects, &composition.desired, format, keep)?;
+        let xr = composition
+            .desired
+            .iter()
+            .find(|d| modelplane_compose::clouds::XR_KINDS.contains(&d.kind()));
+        let mut missing_project = None;
+        if let Some(xr) = xr
+            && let Some(&kind) = modelplane_compose::clouds::XR_KINDS
+                .iter()
+                .find(|k| **k == xr.kind())
+        {
+            let key = world::key(xr.object["metadata"]["namespace"].as_str(), xr.name());
+            let cloud = world
+                .compose(&Subject::Cloud(kind, key))
+                .unwrap_or_default();
+            missing_project = cloud
+                .conditions
+                .iter()
+                .any(|c| c.reason == "CannotCompose")
+                .then(|| {
+                    xr.object["apiVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string()
+                });
             add(&mut rendered.objects, &cloud.desired, format, keep)?;
         }
-        let group = match cluster.spec.cluster.source {
-            Source::Gke => Some("gcp.m.upbound.io"),
-            Source::Nebius => Some("nebius.m.upbound.io"),
-            _ => None,
-        };
-        let missing_project = group.filter(|_| platform.cloud.is_none());
         let mut summary = Summary {
             line: format!(
                 "cluster {name} ({}, {:?})",
@@ -223,88 +322,97 @@ fn render_platform(
             ),
             explanations: Vec::new(),
         };
-        let problems: Vec<String> = platform
-            .cluster
+        let problems: Vec<String> = composition
             .conditions
             .iter()
             .filter(|c| matches!(c.reason.as_str(), "WaitingForClasses" | "InvalidNodePool"))
             .map(|c| format!("{}: {}", c.reason, c.message))
             .collect();
-        if platform.cluster.hold || !problems.is_empty() {
+        if composition.hold || !problems.is_empty() {
             rendered.held = true;
             let _ = write!(summary.line, ": {}", problems.join("; "));
         }
-        if let (Some(stack), Some(recipe)) = (&platform.stack, platform.recipe) {
-            add(&mut rendered.objects, &stack.desired, format, keep)?;
-            let components: Vec<_> = recipe.components(cluster.spec.stack()).collect();
-            let _ = write!(
-                summary.line,
-                ": recipe {}, {} Helm releases",
-                recipe.name,
-                components.len()
-            );
-            // The releases are control-plane objects; name them for a
-            // one-cluster render so it shows the whole stack.
-            if keep(&Target::Cluster(name.clone())) && !keep(&Target::ControlPlane) {
-                summary.explanations.extend(components.iter().map(|c| {
-                    format!(
-                        "release {} {} ({}) in {}",
-                        c.name, c.version, c.chart, c.namespace
-                    )
-                }));
-            }
-        }
-        if let Some(group) = missing_project {
+        render_stack(world, name, cluster, rendered, &mut summary, format, keep)?;
+        if let Some(api_version) = missing_project {
+            let group = match cluster.spec.cluster.source {
+                Source::Gke => "gcp.m.upbound.io",
+                Source::Nebius => "nebius.m.upbound.io",
+                _ => api_version.split('/').next().unwrap_or_default(),
+            };
             summary.explanations.push(format!(
                 "its managed resources need the {group} provider config its credentials name \
                  (for the projectID) among the inputs"
             ));
         }
         summaries.push(summary);
-        let mut cluster = cluster.clone();
-        cluster.status = platform
-            .cluster
-            .status
-            .clone()
-            .and_then(|s| serde_json::from_value(s).ok());
-        running.push(cluster);
     }
-    summaries.extend(render_caches(fleet, &running, rendered, format, keep)?);
     summaries.append(&mut rendered.summaries);
     rendered.summaries = summaries;
     Ok(())
 }
 
+/// Adds cluster `name`'s ServingStack composition, naming its recipe (and,
+/// for a one-cluster render, its Helm releases) in `summary`.
+fn render_stack(
+    world: &World,
+    name: &str,
+    cluster: &InferenceCluster,
+    rendered: &mut Rendered,
+    summary: &mut Summary,
+    format: Format,
+    keep: &(dyn Fn(&Target) -> bool + Sync),
+) -> anyhow::Result<()> {
+    let Some(stack) = world.serving_stack(name) else {
+        return Ok(());
+    };
+    let recipe = stack
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(labels::RECIPE))
+        .and_then(|r| recipes::all().iter().find(|k| &k.name == r));
+    let Some(recipe) = recipe else {
+        return Ok(());
+    };
+    let key = world::key(
+        stack.metadata.namespace.as_deref(),
+        &names::serving_stack_name(name),
+    );
+    let composition = world.compose(&Subject::Stack(key)).unwrap_or_default();
+    add(&mut rendered.objects, &composition.desired, format, keep)?;
+    let components: Vec<_> = recipe.components(cluster.spec.stack()).collect();
+    let _ = write!(
+        summary.line,
+        ": recipe {}, {} Helm releases",
+        recipe.name,
+        components.len()
+    );
+    // The releases are control-plane objects; name them for a one-cluster
+    // render so it shows the whole stack.
+    if keep(&Target::Cluster(name.to_string())) && !keep(&Target::ControlPlane) {
+        summary.explanations.extend(components.iter().map(|c| {
+            format!(
+                "release {} {} ({}) in {}",
+                c.name, c.version, c.chart, c.namespace
+            )
+        }));
+    }
+    Ok(())
+}
+
 /// Adds every ModelCache's objects (PVC, hydration Job, token Secret) on the
-/// clusters it matches, given those clusters running.
+/// clusters it matches.
 fn render_caches(
-    fleet: &Fleet,
-    running: &[InferenceCluster],
+    world: &World,
     rendered: &mut Rendered,
     format: Format,
     keep: &(dyn Fn(&Target) -> bool + Sync),
 ) -> anyhow::Result<Vec<Summary>> {
     let mut summaries = Vec::new();
-    for cache in &fleet.caches {
-        let gated = cache
-            .spec
-            .hugging_face
-            .as_ref()
-            .is_some_and(|hf| hf.auth_secret.is_some());
-        let composition = compose_model_cache(CacheInputs {
-            cache,
-            clusters: Some(running),
-            // A render reads no Secrets: a gated repository's token shows as
-            // a placeholder.
-            token: if gated {
-                Token::Found(TOKEN_PLACEHOLDER)
-            } else {
-                Token::NotNeeded
-            },
-            observed: &BTreeMap::new(),
-            previous: &[],
-            was_ready: false,
-        });
+    for title in world.caches.keys() {
+        let composition = world
+            .compose(&Subject::Cache(title.clone()))
+            .unwrap_or_default();
         add(&mut rendered.objects, &composition.desired, format, keep)?;
         let mut on: Vec<&str> = composition
             .desired
@@ -316,7 +424,6 @@ fn render_caches(
             })
             .collect();
         on.sort_unstable();
-        let title = key(&cache.metadata.namespace, &cache.metadata.name);
         summaries.push(Summary {
             line: if on.is_empty() {
                 format!("cache {title}: no cluster with cache storage matches")
@@ -327,140 +434,6 @@ fn render_caches(
         });
     }
     Ok(summaries)
-}
-
-/// Base64 of `<token from the Secret>`.
-const TOKEN_PLACEHOLDER: &str = "PHRva2VuIGZyb20gdGhlIFNlY3JldD4=";
-
-/// Schedules and composes every deployment; sends each ModelReplica to be
-/// composed on its cluster.
-fn place_deployments(
-    fleet: &Fleet,
-    by_name: &BTreeMap<&str, &InferenceCluster>,
-    to_clusters: std::sync::mpsc::Sender<ModelReplica>,
-    format: Format,
-    keep: &(dyn Fn(&Target) -> bool + Sync),
-) -> anyhow::Result<Rendered> {
-    let views: Vec<Cluster> = fleet.cluster_views();
-    let mut replicas: Vec<ExistingReplica> = fleet.existing_replicas();
-    let mut deployments: Vec<&ModelDeployment> = fleet.deployments.iter().collect();
-    deployments.sort_by_key(|d| key(&d.metadata.namespace, &d.metadata.name));
-
-    let mut out = Rendered {
-        summaries: Vec::new(),
-        objects: BTreeMap::new(),
-        held: false,
-        hosted: BTreeMap::new(),
-    };
-    for r in &fleet.replicas {
-        *out.hosted.entry(r.spec.cluster_name.clone()).or_default() += 1;
-    }
-    let ready = Default::default();
-    for md in deployments {
-        let (deployment, _, note) = deployment_view(md, &fleet.caches);
-        let cache = match &md.spec.template.spec.model_cache_ref {
-            None => CacheLookup::NotReferenced,
-            Some(r) => fleet
-                .caches
-                .iter()
-                .find(|c| {
-                    c.metadata.name.as_deref() == Some(r.name.as_str())
-                        && c.metadata.namespace == md.metadata.namespace
-                })
-                .map_or(CacheLookup::Absent, CacheLookup::Present),
-        };
-        let composition = compose_model_deployment(DeploymentInputs {
-            deployment: md,
-            cache,
-            clusters: Some(&views),
-            replicas: &replicas,
-            ready: &ready,
-            routed: &BTreeSet::new(),
-        });
-        let title = key(&md.metadata.namespace, &md.metadata.name);
-        let mut summary = Summary {
-            line: String::new(),
-            explanations: Vec::new(),
-        };
-        if composition.hold {
-            out.held = true;
-            let why: Vec<String> = composition
-                .conditions
-                .iter()
-                .map(|c| format!("{}: {}", c.reason, c.message))
-                .collect();
-            summary.line = format!("{title}: held ({})", why.join("; "));
-            out.summaries.push(summary);
-            continue;
-        }
-        let mut placed = Vec::new();
-        let mut composed = Vec::new();
-        for desired in &composition.desired {
-            if desired.kind() != "ModelReplica" {
-                continue;
-            }
-            let replica: ModelReplica = serde_json::from_value(desired.object.clone())
-                .context("a composed ModelReplica does not fit its type")?;
-            let cluster = by_name.get(replica.spec.cluster_name.as_str()).copied();
-            let stack = cluster
-                .map(|c| format!("{:?}", c.spec.stack()))
-                .unwrap_or_default();
-            placed.push(format!("{} ({stack})", replica.spec.cluster_name));
-            if !fleet
-                .replicas
-                .iter()
-                .any(|r| r.metadata.name == replica.metadata.name)
-            {
-                *out.hosted
-                    .entry(replica.spec.cluster_name.clone())
-                    .or_default() += 1;
-            }
-            composed.push(ExistingReplica::from_resource(&replica));
-            // The composing thread only stops early on an error of its own.
-            let _ = to_clusters.send(replica);
-        }
-        let requested = md.spec.replicas;
-        summary.line = format!(
-            "{title}: {} of {requested} replicas placed{}",
-            placed.len(),
-            if placed.is_empty() {
-                String::new()
-            } else {
-                format!(" on {}", placed.join(", "))
-            }
-        );
-        if let Some(note) = note {
-            summary.explanations.push(note);
-        }
-        if placed.len() < usize::try_from(requested).unwrap_or(0)
-            && let Ok(s) = schedule(
-                &deployment,
-                &views,
-                &replicas,
-                Options {
-                    fill: true,
-                    explain: true,
-                },
-            )
-        {
-            summary.explanations.extend(s.explanations.iter().map(|e| {
-                let mut at = e.cluster.clone();
-                if let Some(pool) = &e.pool {
-                    let _ = write!(at, "/{pool}");
-                }
-                format!("{at}: {}", crate::schedule::reason_text(&e.reason))
-            }));
-        }
-        let own = |r: &ExistingReplica| {
-            r.deployment.as_deref() == Some(deployment.name.as_str())
-                && r.namespace == deployment.namespace
-        };
-        replicas.retain(|r| !own(r));
-        replicas.extend(composed);
-        add(&mut out.objects, &composition.desired, format, keep)?;
-        out.summaries.push(summary);
-    }
-    Ok(out)
 }
 
 /// Summaries as comments, then every target's objects (control plane first,

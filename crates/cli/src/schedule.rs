@@ -18,6 +18,8 @@ use modelplane_scheduler::{
 };
 use serde_json::Value;
 
+use std::sync::Arc;
+
 use crate::fleet::{Fleet, deployment_view, key, load};
 
 /// Output format of `schedule`.
@@ -91,7 +93,13 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
         );
     }
 
-    let clusters: Vec<Cluster> = fleet.cluster_views();
+    // The clusters as render sees them: each brought to running by its own
+    // compositions, a status given in the inputs taken as it is.
+    let clusters: Arc<Vec<Cluster>> = {
+        let mut world = fleet.world();
+        world.assume_running();
+        world.cluster_views()
+    };
     let mut replicas: Vec<ExistingReplica> = fleet.existing_replicas();
 
     let mut code = 0;
@@ -104,7 +112,7 @@ pub fn run(args: &ScheduleArgs) -> anyhow::Result<u8> {
             &replicas,
             Options {
                 fill,
-                explain: true,
+                explain: modelplane_scheduler::Explain::Always,
             },
         );
         if i > 0 {

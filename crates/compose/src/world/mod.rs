@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::{Composition, Desired, ReadinessRule, Target, compose_inference_class};
 
+pub mod first_pass;
 mod models;
 mod platform;
 
