@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use anyhow::Context;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use modelplane_api::types::{
-    InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica,
+    InferenceClass, InferenceCluster, ModelCache, ModelDeployment, ModelReplica, ModelService,
 };
 use modelplane_compose::world::{self, ObjectRef, World};
 use modelplane_scheduler::{Deployment, ExistingReplica};
@@ -32,6 +32,8 @@ pub struct Fleet {
     pub replicas: Vec<ModelReplica>,
     /// ModelDeployments.
     pub deployments: Vec<ModelDeployment>,
+    /// ModelServices.
+    pub services: Vec<ModelService>,
     /// The InferenceGateway, if given.
     pub gateway: Option<modelplane_api::types::InferenceGateway>,
     /// `(apiVersion, kind)` of every other object given (managed resources, Secrets…).
@@ -86,6 +88,11 @@ impl Fleet {
             world
                 .deployments
                 .insert(named(&d.metadata), Arc::new(d.clone()));
+        }
+        for s in &self.services {
+            world
+                .services
+                .insert(named(&s.metadata), Arc::new(s.clone()));
         }
         if let Some(g) = &self.gateway {
             world
@@ -162,6 +169,7 @@ enum Read {
     Replica(Box<ModelReplica>),
     Deployment(Box<ModelDeployment>),
     Gateway(Box<modelplane_api::types::InferenceGateway>),
+    Service(Box<ModelService>),
     Other,
     /// A foreign kind, as written.
     Foreign(Value),
@@ -179,6 +187,7 @@ fn read(object: Value, admitted: bool) -> anyhow::Result<Read> {
         "ModelReplica" => Read::Replica(Box::new(typed(object)?)),
         "ModelDeployment" => Read::Deployment(Box::new(typed(object)?)),
         "InferenceGateway" => Read::Gateway(Box::new(typed(object)?)),
+        "ModelService" => Read::Service(Box::new(typed(object)?)),
         _ => Read::Other,
     })
 }
@@ -206,6 +215,7 @@ pub fn load(paths: &[String]) -> anyhow::Result<Result<Fleet, u8>> {
             Read::Replica(r) => fleet.replicas.push(*r),
             Read::Deployment(d) => fleet.deployments.push(*d),
             Read::Gateway(g) => fleet.gateway = Some(*g),
+            Read::Service(s) => fleet.services.push(*s),
             Read::Other => {}
             Read::Foreign(object) => {
                 let api_version = object["apiVersion"]

@@ -200,6 +200,17 @@ fn render(
     for p in &placed {
         summaries.push(deployment_summary(&world, p, &mut rendered.held));
         add(&mut rendered.objects, &p.composition.desired, format, keep)?;
+        // A deployment that holds keeps the replicas it has, as given.
+        if p.composition.hold && keep(&Target::ControlPlane) {
+            for replica in p.replicas.iter().filter_map(|k| world.replicas.get(k)) {
+                let object = serde_json::to_value(&**replica)?;
+                rendered
+                    .objects
+                    .entry(Target::ControlPlane)
+                    .or_default()
+                    .push(serialize(&object, format)?);
+            }
+        }
     }
     let replicas: Vec<Subject> = placed
         .iter()
@@ -211,6 +222,16 @@ fn render(
         }
     }
     render_platform(&world, &mut rendered, format, keep)?;
+    // The Crossplane providers the fleet's clouds need, and each
+    // ModelService's route (its backends appear once endpoints are Ready).
+    let fleet_wide: Vec<Subject> = std::iter::once(Subject::Providers)
+        .chain(world.services.keys().cloned().map(Subject::Service))
+        .collect();
+    for objects in compose_all(&world, &fleet_wide, format, keep)? {
+        for (target, object) in objects {
+            rendered.objects.entry(target).or_default().push(object);
+        }
+    }
     let caches = render_caches(&world, &mut rendered, format, keep)?;
     rendered.summaries.extend(caches);
     rendered.summaries.append(&mut summaries);

@@ -210,21 +210,28 @@ impl World {
             .collect()
     }
 
-    /// Replaces deployment `key`'s replicas by those `composition` wants
-    /// (none while it holds: what exists stays); returns their keys.
+    /// Replaces deployment `key`'s replicas by those `composition` wants;
+    /// returns their keys. While it holds, what exists stays, as the
+    /// controller keeps it.
     fn take_replicas(&mut self, deployment: &str, composition: &Composition) -> Vec<Key> {
-        if composition.hold {
-            return Vec::new();
-        }
         let (namespace, name) = deployment.split_once('/').unwrap_or(("", deployment));
-        self.replicas.retain(|_, r| {
-            r.metadata.namespace.as_deref().unwrap_or_default() != namespace
-                || r.metadata
+        let own = |r: &ModelReplica| {
+            r.metadata.namespace.as_deref().unwrap_or_default() == namespace
+                && r.metadata
                     .labels
                     .as_ref()
                     .and_then(|l| l.get(labels::DEPLOYMENT))
-                    .is_none_or(|d| d != name)
-        });
+                    .is_some_and(|d| d == name)
+        };
+        if composition.hold {
+            return self
+                .replicas
+                .iter()
+                .filter(|(_, r)| own(r))
+                .map(|(k, _)| k.clone())
+                .collect();
+        }
+        self.replicas.retain(|_, r| !own(r));
         let mut keys = Vec::new();
         for desired in composition.desired.iter() {
             if desired.kind() != "ModelReplica" {
