@@ -151,3 +151,55 @@ pub fn listed(desired: &Desired) -> bool {
         .iter()
         .any(|&(a, k)| a == api_version && k == desired.kind())
 }
+
+/// What the controllers do with an object of a kind beyond applying it and
+/// pruning it: kind policy lives here, with the compositions, not in the
+/// generic reconcile loop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Handling {
+    /// It books capacity the scheduler counts (a ModelReplica holds GPUs on
+    /// its cluster): a plan that writes one takes a placement turn, and it is
+    /// counted as soon as it is applied, before its watch event arrives.
+    pub books: bool,
+    /// It leaves the routing before it goes: once no longer desired it is
+    /// marked draining and pruned only after the drain period.
+    pub drains: bool,
+}
+
+/// How an object of `kind` on `target` is handled.
+pub fn handling(target: &Target, kind: &str) -> Handling {
+    match (target, kind) {
+        (Target::ControlPlane, "ModelReplica") => Handling {
+            books: true,
+            drains: true,
+        },
+        _ => Handling::default(),
+    }
+}
+
+impl Desired {
+    /// How this object is handled (see [`handling`]).
+    pub fn handling(&self) -> Handling {
+        handling(&self.target, self.kind())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replica_books_capacity_and_drains_and_nothing_else_does() {
+        let replica = handling(&Target::ControlPlane, "ModelReplica");
+        assert!(replica.books && replica.drains);
+        let on_a_cluster = handling(&Target::Cluster("a".into()), "ModelReplica");
+        assert_eq!(on_a_cluster, Handling::default());
+        for (api_version, kind) in CONTROL_PLANE.iter().filter(|(_, k)| *k != "ModelReplica") {
+            assert_eq!(
+                handling(&Target::ControlPlane, kind),
+                Handling::default(),
+                "{api_version} {kind}"
+            );
+        }
+    }
+}

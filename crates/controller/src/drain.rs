@@ -20,9 +20,10 @@ use crate::Shared;
 /// The annotation that says since when a replica drains.
 pub const DRAINING_SINCE: &str = "modelplane.ai/draining-since";
 
-/// Whether `reference` on `target` drains before it is pruned.
+/// Whether `reference` on `target` drains before it is pruned, as its
+/// kind's handling says.
 pub fn drains(target: &Target, reference: &ObjectRef) -> bool {
-    *target == Target::ControlPlane && reference.kind == "ModelReplica"
+    modelplane_compose::kinds::handling(target, &reference.kind).drains
 }
 
 /// What pruning a draining kind's object does now.

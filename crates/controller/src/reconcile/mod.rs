@@ -252,9 +252,7 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         .iter()
         .enumerate()
         .filter(|(_, d)| {
-            d.target == Target::ControlPlane
-                && d.kind() == "ModelReplica"
-                && !unchanged.contains(&(d.target.clone(), ObjectRef::of(&d.object)))
+            d.handling().books && !unchanged.contains(&(d.target.clone(), ObjectRef::of(&d.object)))
         })
         .map(|(i, _)| i)
         .collect();
@@ -580,10 +578,12 @@ fn applied_one(
                     s.insert(key);
                 }
             } else if let Ok(mut index) = shared.index.write() {
-                if desired.target == Target::ControlPlane && key.1.kind == "ModelReplica" {
+                if desired.handling().books
+                    && let Some(kind) = Kind::named(&key.1.kind)
+                {
                     // Counted at once by the next deployment's placement,
                     // not once its watch event arrives.
-                    index.assume(Kind::Replica, &stored);
+                    index.assume(kind, &stored);
                 }
                 index.apply_owned(&desired.target, stored);
             }
