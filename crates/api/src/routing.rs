@@ -71,9 +71,9 @@ fn key(endpoint: &ModelEndpoint) -> String {
 /// by several entries belongs to the first.
 pub fn group_endpoints<'a>(
     service: &ModelService,
-    endpoints: &'a [ModelEndpoint],
+    endpoints: impl IntoIterator<Item = &'a ModelEndpoint>,
 ) -> Vec<Vec<&'a ModelEndpoint>> {
-    let mut sorted: Vec<&ModelEndpoint> = endpoints.iter().collect();
+    let mut sorted: Vec<&ModelEndpoint> = endpoints.into_iter().collect();
     sorted.sort_by_key(|e| key(e));
     let mut claimed = BTreeSet::new();
     service

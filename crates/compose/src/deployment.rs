@@ -14,7 +14,7 @@ use modelplane_api::labels;
 use modelplane_api::names;
 use modelplane_api::types::{DeploymentMember, ModelCache, ModelDeployment};
 use modelplane_scheduler::{
-    Cluster, Deployment, ExistingReplica, Explain, Hold, Options, Placement, schedule,
+    Cluster, Deployment, Existing, Explain, Hold, Options, Placement, schedule,
 };
 use serde_json::{Map, Value, json};
 
@@ -43,8 +43,9 @@ pub struct DeploymentInputs<'a> {
     /// Every InferenceCluster, as the scheduler sees them; `None` when the
     /// list could not be read.
     pub clusters: Option<&'a [Cluster]>,
-    /// Every ModelReplica of every deployment, as the scheduler sees them.
-    pub replicas: &'a [ExistingReplica],
+    /// Every ModelReplica of every deployment, as the scheduler sees them
+    /// (a `Vec`, or the world's table, which keeps them by deployment).
+    pub replicas: &'a dyn Existing,
     /// Names of this deployment's ModelReplicas (in its namespace) that are Ready.
     pub ready: &'a BTreeSet<String>,
     /// Names of this deployment's ModelEndpoints (in its namespace) that
@@ -118,13 +119,11 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     // A cluster hosting one of our replicas whose pools are unknown (its
     // status not published or not readable) would make the scheduler drop
     // the replica and place it again elsewhere: hold instead.
-    let mut unknown: Vec<&str> = inputs
+    let ours = inputs
         .replicas
+        .of_deployment(&deployment.namespace, &deployment.name);
+    let mut unknown: Vec<&str> = ours
         .iter()
-        .filter(|r| {
-            r.namespace == deployment.namespace
-                && r.deployment.as_deref() == Some(deployment.name.as_str())
-        })
         .filter_map(|r| clusters.iter().find(|c| c.name == r.cluster))
         .filter(|c| !c.pools_published)
         .map(|c| c.name.as_str())
@@ -173,14 +172,7 @@ pub fn compose_model_deployment(inputs: DeploymentInputs<'_>) -> Composition {
     };
 
     let namespace = deployment.namespace.clone();
-    let existing: BTreeSet<&str> = inputs
-        .replicas
-        .iter()
-        .filter(|r| {
-            r.namespace == namespace && r.deployment.as_deref() == Some(deployment.name.as_str())
-        })
-        .map(|r| r.name.as_str())
-        .collect();
+    let existing: BTreeSet<&str> = ours.iter().map(|r| r.name.as_str()).collect();
     let gateways: BTreeMap<&str, &str> = clusters
         .iter()
         .map(|c| (c.name.as_str(), c.gateway_address.as_str()))

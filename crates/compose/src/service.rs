@@ -23,7 +23,7 @@ pub struct ServiceInputs<'a> {
     /// The service.
     pub service: &'a ModelService,
     /// Every ModelEndpoint (the service selects among them).
-    pub endpoints: &'a [ModelEndpoint],
+    pub endpoints: &'a [&'a ModelEndpoint],
     /// `status.address` of the InferenceGateway `default`, if any.
     pub gateway_address: Option<&'a str>,
     /// Whether the observed route was accepted by the gateway.
@@ -100,7 +100,7 @@ pub fn compose_model_service(inputs: ServiceInputs<'_>) -> Composition {
     let namespace = service.metadata.namespace.clone().unwrap_or_default();
     let name = service.metadata.name.clone().unwrap_or_default();
     let mut out = Composition::default();
-    let groups = group_endpoints(service, inputs.endpoints);
+    let groups = group_endpoints(service, inputs.endpoints.iter().copied());
     let matched: usize = groups.iter().map(Vec::len).sum();
     if matched == 0 {
         let message = "No ModelEndpoints matched the configured selectors";

@@ -129,7 +129,7 @@ fn every_upstream_model_service_routes_its_endpoints() {
         }
         let c = compose_model_service(ServiceInputs {
             service: &service,
-            endpoints: &endpoints,
+            endpoints: &endpoints.iter().collect::<Vec<_>>(),
             gateway_address: Some("203.0.113.10"),
             route_accepted: true,
         });

@@ -484,7 +484,7 @@ fn a_deployment_placed_short_is_not_ready_and_says_how_short() {
     .0
     .remove(0);
     let clusters = views_with_nodes(1);
-    let compose = |replicas: &[ExistingReplica], ready: &BTreeSet<String>, routed| {
+    let compose = |replicas: &Vec<ExistingReplica>, ready: &BTreeSet<String>, routed| {
         compose_model_deployment(DeploymentInputs {
             deployment: &md,
             cache: CacheLookup::NotReferenced,
@@ -495,7 +495,7 @@ fn a_deployment_placed_short_is_not_ready_and_says_how_short() {
         })
     };
     let none = BTreeSet::new();
-    let first = compose(&[], &none, &none);
+    let first = compose(&Vec::new(), &none, &none);
     let existing: Vec<ExistingReplica> = first
         .desired
         .iter()

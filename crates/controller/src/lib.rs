@@ -18,6 +18,7 @@ pub mod events;
 pub mod index;
 pub mod lease;
 pub mod metrics;
+pub mod placing;
 pub mod queue;
 pub mod rbac;
 pub mod reconcile;
@@ -26,13 +27,13 @@ pub mod target;
 pub mod watch;
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use modelplane_compose::Target;
 use modelplane_compose::world::{ObjectRef, Subject};
 
-use crate::index::{Index, Kind};
+use crate::index::Kind;
 use crate::queue::Queue;
 use crate::target::Connection;
 use crate::watch::Watched;
@@ -106,7 +107,7 @@ impl Work {
 /// What every task shares.
 pub struct Shared {
     /// What the watches observed.
-    pub index: RwLock<Index>,
+    pub index: index::Locked,
     /// What to do next.
     pub queue: Queue<Work>,
     /// The control plane.
@@ -130,10 +131,10 @@ pub struct Shared {
     pub watch_errors: Mutex<std::collections::BTreeMap<Kind, String>>,
     /// How long a ModelReplica drains before it is deleted.
     pub drain: Duration,
-    /// Held by a deployment's reconcile from its plan until its replicas
-    /// are in the index: deployments placed side by side would each see
-    /// the same free GPUs and book them twice.
-    pub placing: tokio::sync::Mutex<()>,
+    /// The pools a deployment's reconcile holds from its plan until its
+    /// replicas are in the index: deployments placed side by side on a
+    /// pool would each see the same free GPUs and book them twice.
+    pub placing: placing::Turns,
     /// Since when subjects have been failing.
     pub failing: reconcile::Failing,
 }
@@ -159,7 +160,7 @@ impl Shared {
             events,
             leading,
             metrics: metrics::Metrics::default(),
-            index: RwLock::default(),
+            index: index::Locked::default(),
             queue: Queue::prioritizing(Work::is_fleet),
             control: Arc::new(control),
             clusters: clusters::Clusters::default(),
@@ -168,7 +169,7 @@ impl Shared {
             supervisor: Supervisor::default(),
             watch_errors: Mutex::default(),
             drain,
-            placing: tokio::sync::Mutex::default(),
+            placing: placing::Turns::default(),
             failing: reconcile::Failing::default(),
         })
     }

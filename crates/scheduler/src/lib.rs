@@ -22,7 +22,7 @@ use serde::Serialize;
 
 pub use algorithm::explain::{ClosestDevice, Explanation, FreeOnNodes, Reason, Usage};
 pub use matching::{DeviceMiss, ResolvedRequest, SelectorError};
-pub use model::{Cluster, Deployment, DeviceInterner, ExistingReplica};
+pub use model::{Cluster, Deployment, DeviceInterner, Existing, ExistingReplica};
 
 /// One replica's place: a cluster, an index, and a pool per engine member.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -159,10 +159,10 @@ impl Default for Options {
 /// Places `deployment`'s replicas on `clusters` (every InferenceCluster;
 /// those not matching the deployment's selector are only explained), given
 /// every existing ModelReplica of every deployment.
-pub fn schedule(
+pub fn schedule<R: Existing + ?Sized>(
     deployment: &Deployment,
     clusters: &[Cluster],
-    replicas: &[ExistingReplica],
+    replicas: &R,
     options: Options,
 ) -> Result<Schedule, Hold> {
     algorithm::run(deployment, clusters, replicas, options)

@@ -137,6 +137,49 @@ pub struct PoolDevice {
     pub source: Device,
 }
 
+/// The fleet's existing ModelReplicas as a pass reads them: a deployment's
+/// own (to retain), and every one (charged on the pools, only when a pass
+/// places or explains). A controller keeps them indexed by deployment, so
+/// a pass that places nothing reads only its own.
+pub trait Existing: std::fmt::Debug {
+    /// The replicas of `deployment` in `namespace`, in any order.
+    fn of_deployment(&self, namespace: &str, deployment: &str) -> Vec<&ExistingReplica>;
+    /// Every replica of the fleet, in any order.
+    fn each(&self) -> Box<dyn Iterator<Item = &ExistingReplica> + '_>;
+}
+
+impl Existing for [ExistingReplica] {
+    fn of_deployment(&self, namespace: &str, deployment: &str) -> Vec<&ExistingReplica> {
+        self.iter()
+            .filter(|r| r.namespace == namespace && r.deployment.as_deref() == Some(deployment))
+            .collect()
+    }
+
+    fn each(&self) -> Box<dyn Iterator<Item = &ExistingReplica> + '_> {
+        Box::new(self.iter())
+    }
+}
+
+impl<const N: usize> Existing for [ExistingReplica; N] {
+    fn of_deployment(&self, namespace: &str, deployment: &str) -> Vec<&ExistingReplica> {
+        self.as_slice().of_deployment(namespace, deployment)
+    }
+
+    fn each(&self) -> Box<dyn Iterator<Item = &ExistingReplica> + '_> {
+        self.as_slice().each()
+    }
+}
+
+impl Existing for Vec<ExistingReplica> {
+    fn of_deployment(&self, namespace: &str, deployment: &str) -> Vec<&ExistingReplica> {
+        self.as_slice().of_deployment(namespace, deployment)
+    }
+
+    fn each(&self) -> Box<dyn Iterator<Item = &ExistingReplica> + '_> {
+        self.as_slice().each()
+    }
+}
+
 /// An existing ModelReplica of any deployment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExistingReplica {

@@ -16,7 +16,7 @@ use modelplane_api::labels;
 use modelplane_api::names;
 use modelplane_api::types::{
     CloudClusterStatus, InferenceClass, InferenceCluster, InferenceGateway, ModelCache,
-    ModelDeployment, ModelEndpoint, ModelReplica, ModelService, ServingStack, Source,
+    ModelDeployment, ModelEndpoint, ModelService, ServingStack, Source,
 };
 use modelplane_scheduler::{Cluster, DeviceInterner};
 use serde_json::Value;
@@ -26,6 +26,9 @@ use crate::{Composition, Desired, ReadinessRule, Target, compose_inference_class
 pub mod first_pass;
 mod models;
 mod platform;
+mod tables;
+
+pub use tables::{Replicas, Row, Table};
 
 pub use crate::cluster::Unreachable;
 
@@ -167,11 +170,11 @@ pub struct World {
     /// ModelDeployments.
     pub deployments: BTreeMap<Key, Arc<ModelDeployment>>,
     /// ModelReplicas.
-    pub replicas: BTreeMap<Key, Arc<ModelReplica>>,
+    pub replicas: Replicas,
     /// ModelCaches.
     pub caches: BTreeMap<Key, Arc<ModelCache>>,
     /// ModelEndpoints.
-    pub endpoints: BTreeMap<Key, Arc<ModelEndpoint>>,
+    pub endpoints: Table<ModelEndpoint>,
     /// ModelServices.
     pub services: BTreeMap<Key, Arc<ModelService>>,
     /// InferenceGateways (one, `default`).

@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use modelplane_api::labels;
 use modelplane_api::names;
 use modelplane_api::types::{InferenceCluster, ModelEndpoint, ModelReplica};
-use modelplane_scheduler::ExistingReplica;
 
 use super::{World, condition_true, key, typed_condition_true};
 use crate::{
@@ -108,8 +107,7 @@ impl World {
 
     pub(super) fn compose_service(&self, key: &str) -> Option<Composition> {
         let service = self.services.get(key)?;
-        let endpoints: Vec<ModelEndpoint> =
-            self.endpoints.values().map(|e| (**e).clone()).collect();
+        let endpoints: Vec<&ModelEndpoint> = self.endpoints.values().map(|e| e.as_ref()).collect();
         let gateway = self.gateways.get(labels::GATEWAY_NAME);
         let gateway_address = gateway
             .and_then(|g| g.status.as_ref())
@@ -164,44 +162,25 @@ impl World {
             },
         };
         let clusters = self.cluster_views();
-        let replicas: Vec<ExistingReplica> = self
-            .replicas
-            .values()
-            .map(|r| ExistingReplica::from_resource(r))
-            .collect();
         let name = deployment.metadata.name.as_deref().unwrap_or_default();
         let ready: BTreeSet<String> = self
             .replicas
-            .values()
-            .filter(|r| {
-                r.metadata.namespace.as_deref() == namespace
-                    && r.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(labels::DEPLOYMENT))
-                        .is_some_and(|d| d == name)
-                    && typed_condition_true(r.status.as_ref().and_then(|s| s.conditions.as_ref()))
+            .in_deployment(namespace, name)
+            .filter(|(_, r)| {
+                typed_condition_true(r.status.as_ref().and_then(|s| s.conditions.as_ref()))
             })
-            .filter_map(|r| r.metadata.name.clone())
+            .filter_map(|(_, r)| r.metadata.name.clone())
             .collect();
         let routed: BTreeSet<String> = self
             .endpoints
-            .values()
-            .filter(|e| {
-                e.metadata.namespace.as_deref() == namespace
-                    && e.metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get(labels::DEPLOYMENT))
-                        .is_some_and(|d| d == name)
-            })
-            .filter_map(|e| e.metadata.name.clone())
+            .in_deployment(namespace, name)
+            .filter_map(|(_, e)| e.metadata.name.clone())
             .collect();
         Some(compose_model_deployment(DeploymentInputs {
             deployment,
             cache,
             clusters: self.synced.then_some(clusters.as_slice()),
-            replicas: &replicas,
+            replicas: &self.replicas,
             ready: &ready,
             routed: &routed,
         }))

@@ -95,7 +95,10 @@ impl Kind {
     }
 }
 
+mod locked;
 mod targets;
+
+pub use locked::Locked;
 
 /// The owner uid of what the providers on demand compose (they have no
 /// object of their own, so their objects are labelled with this).
@@ -408,8 +411,7 @@ impl Index {
         let replicas = self
             .world
             .replicas
-            .iter()
-            .filter(|(_, r)| r.spec.cluster_name == cluster)
+            .on_cluster(cluster)
             .map(|(k, _)| Subject::Replica(k.clone()));
         self.deployments().into_iter().chain(replicas).collect()
     }

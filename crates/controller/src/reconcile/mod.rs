@@ -148,6 +148,8 @@ struct Plan {
     /// Every composed object's target is connected and its kind listed
     /// there: readiness read from the index means something.
     seen: bool,
+    /// The index's write count it was read at.
+    read_at: u64,
 }
 
 /// `true` when every field of `desired` has the same value in `observed`.
@@ -194,6 +196,7 @@ fn subject_ref(subject: &Subject, object: &Value) -> ObjectRef {
 
 fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
     let index = shared.index.read().ok()?;
+    let read_at = shared.index.writes();
     if !index.synced() {
         return None;
     }
@@ -258,6 +261,7 @@ fn plan(shared: &Shared, subject: &Subject) -> Option<Plan> {
         .collect();
     Some(Plan {
         fields_first: matches!(subject, Subject::Cloud(..)),
+        read_at,
         has_status,
         seen,
         placing,
@@ -354,6 +358,14 @@ fn book_new_replicas(shared: &Shared, plan: &Plan) -> Option<Vec<Value>> {
     Some(placing)
 }
 
+/// The pools the ModelReplicas `plan` places book GPUs on.
+fn pools_booked(plan: &Plan) -> BTreeSet<crate::placing::Pool> {
+    plan.placing
+        .iter()
+        .flat_map(|&i| crate::placing::pools_of(&plan.composition.desired[i].object))
+        .collect()
+}
+
 /// One desired object to write, to the connection of its target.
 struct Write<'a> {
     desired: &'a modelplane_compose::Desired,
@@ -417,22 +429,39 @@ pub async fn reconcile(shared: &Arc<Shared>, subject: &Subject) -> Result<(), Re
     let Some(first) = plan(shared, subject) else {
         return Ok(());
     };
-    // Deployments place one at a time, each planned again under the lock:
-    // two planned side by side would book the same free GPUs. A plan that
-    // writes no ModelReplica (a status, a resync, a scale down) takes no
-    // turn, so a hundred deployments requeued by a cluster's change do not
-    // hold every worker waiting. The turn ends once its new replicas are
-    // booked in the index (where the next plan counts them), before they
-    // are written; a plan that moves a replica that exists keeps it until
-    // written.
-    let (plan, mut placing) = if !first.placing.is_empty() {
-        let turn = shared.placing.lock().await;
-        let Some(again) = plan(shared, subject) else {
-            return Ok(());
-        };
-        (again, Some(turn))
-    } else {
+    // Deployments place one at a time on a pool, each planned again once
+    // it holds the pools it books on: two planned side by side would book
+    // the same free GPUs. A plan that writes no ModelReplica (a status, a
+    // resync, a scale down) takes no turn, so a hundred deployments
+    // requeued by a cluster's change do not hold every worker waiting. The
+    // turn ends once its new replicas are booked in the index (where the
+    // next plan counts them), before they are written; a plan that moves
+    // a replica that exists keeps it until written.
+    let (plan, mut placing) = if first.placing.is_empty() {
         (first, None)
+    } else {
+        let mut pools = pools_booked(&first);
+        let mut current = first;
+        loop {
+            let turn = shared.placing.take(pools.clone()).await;
+            // Planned again only if the index moved since: what another
+            // turn booked meanwhile is in it.
+            if shared.index.writes() != current.read_at {
+                let Some(again) = plan(shared, subject) else {
+                    return Ok(());
+                };
+                current = again;
+            }
+            let wanted = pools_booked(&current);
+            if turn.holds(&wanted) {
+                break (current, Some(turn));
+            }
+            // Planned again, it books elsewhere too (what it meant to take
+            // was taken meanwhile): ask for every pool it has wanted, so
+            // it does not chase pools one at a time.
+            drop(turn);
+            pools.extend(wanted);
+        }
     };
     let booked = placing
         .as_ref()

@@ -3,12 +3,13 @@
 //! pass reads the same ledger to say why a replica is not placed.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::rc::Rc;
 
 pub(crate) mod explain;
 
 use crate::capacity::{self, Room};
 use crate::matching::{self, CompiledEngine, Matcher, ResolvedRequest};
-use crate::model::{Cluster, Deployment, ExistingReplica};
+use crate::model::{Cluster, Deployment, Existing, ExistingReplica};
 use crate::taints;
 use crate::{
     DropReason, Dropped, EnginePlacement, Explain, Hold, MemberPlacement, Options, Placement,
@@ -241,10 +242,10 @@ fn is_ours(deployment: &Deployment, replica: &ExistingReplica) -> bool {
 }
 
 /// The whole pass.
-pub(crate) fn run(
+pub(crate) fn run<R: Existing + ?Sized>(
     deployment: &Deployment,
     clusters: &[Cluster],
-    replicas: &[ExistingReplica],
+    replicas: &R,
     options: Options,
 ) -> Result<Schedule, Hold> {
     let engines = matching::compile(deployment)?;
@@ -275,8 +276,8 @@ pub(crate) fn run(
         .map(|(i, c)| (c.name.as_str(), i))
         .collect();
 
-    let mut sorted: Vec<&ExistingReplica> = replicas.iter().collect();
-    sorted.sort_by(|a, b| (&a.name, &a.namespace).cmp(&(&b.name, &b.namespace)));
+    let mut sorted = replicas.of_deployment(&deployment.namespace, &deployment.name);
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
 
     let mut dropped = Vec::new();
     let mut placements = retain(&mut pass, &sorted, &by_name, &mut dropped);
@@ -284,7 +285,7 @@ pub(crate) fn run(
     let shortfall = (deployment.replicas as usize).saturating_sub(placements.len());
 
     let mut ledger = if (options.fill && shortfall > 0) || options.explain == Explain::Always {
-        Some(build_ledger(&pass, &sorted, &by_name, &placements))
+        Some(build_ledger(&pass, replicas.each(), &by_name, &placements))
     } else {
         None
     };
@@ -305,7 +306,7 @@ pub(crate) fn run(
         _ if !explain => Vec::new(),
         Some(ledger) => explain::explain(&mut pass, &ledger, &placements),
         None => {
-            let ledger = build_ledger(&pass, &sorted, &by_name, &placements);
+            let ledger = build_ledger(&pass, replicas.each(), &by_name, &placements);
             explain::explain(&mut pass, &ledger, &placements)
         }
     };
@@ -400,12 +401,15 @@ fn scale_down(placements: &mut Vec<Placement>, replicas: usize, dropped: &mut Ve
     }
 }
 
+/// One pod charged on a pool: its size in units, and whose it is.
+type Charge = (u32, Rc<str>);
+
 /// §1.8, by device (docs/decisions.md): each pool's nodes, with every
 /// other deployment's replica charged by what its pods take as stamped,
 /// and our retained ones as they resolve now.
-fn build_ledger(
+fn build_ledger<'r>(
     pass: &Pass<'_>,
-    sorted: &[&ExistingReplica],
+    replicas: impl Iterator<Item = &'r ExistingReplica>,
     by_name: &HashMap<&str, usize>,
     kept: &[Placement],
 ) -> Ledger {
@@ -423,10 +427,12 @@ fn build_ledger(
         .collect();
     // Per cluster and pool, every pod running there: charged largest
     // first, as a packing that fits them is found.
-    let mut charges: Vec<Vec<Vec<(u32, String)>>> =
+    // Owners shared, not copied per pod: a fleet's ledger charges tens of
+    // thousands of pods.
+    let mut charges: Vec<Vec<Vec<Charge>>> =
         used_by.iter().map(|p| vec![Vec::new(); p.len()]).collect();
     // Ours kept, as they resolve now.
-    let ours = format!("{}/{}", pass.deployment.namespace, pass.deployment.name);
+    let ours: Rc<str> = format!("{}/{}", pass.deployment.namespace, pass.deployment.name).into();
     for placement in kept {
         let Some(&ci) = by_name.get(placement.cluster.as_str()) else {
             continue;
@@ -457,7 +463,7 @@ fn build_ledger(
             }
         }
     }
-    for replica in sorted {
+    for replica in replicas {
         if replica.engines.is_empty() || is_ours(pass.deployment, replica) {
             continue;
         }
@@ -467,11 +473,12 @@ fn build_ledger(
         if free[ci].is_none() {
             continue;
         }
-        let owner = format!(
+        let owner: Rc<str> = format!(
             "{}/{}",
             replica.namespace,
             replica.deployment.as_deref().unwrap_or(&replica.name)
-        );
+        )
+        .into();
         for engine in &replica.engines {
             for member in engine.members.iter().filter(|m| m.claims) {
                 let Some(pi) = clusters[ci]
