@@ -1,16 +1,16 @@
-//! Watches feed the index: kube-runtime watchers (relisting with backoff
-//! on their own) turned into the index's `apply`, `delete` and `reset`, and
+//! Watches feed the index: the one watch driver's changes
+//! (`modelplane-watch`: kube-runtime watchers relisting with backoff on
+//! their own) turned into the index's `apply`, `delete` and `reset`, and
 //! the subjects those return queued.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use modelplane_api::labels;
 use modelplane_compose::Target;
+use modelplane_watch::Change;
 use serde_json::Value;
 
 use crate::Shared;
@@ -64,16 +64,19 @@ impl Watched {
     }
 }
 
-/// `object` as the index keeps it: without its managedFields and kubectl's
-/// last-applied copy, which nothing here reads and which are most of a
-/// small object's size (a fleet's thousands of workloads are the
-/// controller's memory).
-fn value(mut object: DynamicObject) -> Value {
-    object.metadata.managed_fields = None;
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
+/// `object` as the index keeps it: without kubectl's last-applied copy
+/// (the watch driver skips its managedFields), which nothing here reads
+/// and which are most of a small object's size (a fleet's thousands of
+/// workloads are the controller's memory).
+fn shape(mut object: Value) -> Value {
+    if let Some(annotations) = object["metadata"]["annotations"].as_object_mut() {
         annotations.remove(LAST_APPLIED);
     }
-    serde_json::to_value(object).unwrap_or(Value::Null)
+    modelplane_watch::compact(object)
+}
+
+fn name_of(object: &Value) -> Option<String> {
+    object["metadata"]["name"].as_str().map(str::to_string)
 }
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -201,14 +204,8 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             }
         }
     };
-    let api: Api<DynamicObject> = match &watched {
-        Watched::Kubeconfigs => Api::namespaced_with(
-            connection.client().clone(),
-            labels::SYSTEM_NAMESPACE,
-            &resource,
-        ),
-        _ => Api::all_with(connection.client().clone(), &resource),
-    };
+    let namespace = matches!(watched, Watched::Kubeconfigs).then_some(labels::SYSTEM_NAMESPACE);
+    let api = modelplane_watch::api(connection.client().clone(), &resource, namespace);
     let config = match &watched {
         Watched::Control(_) | Watched::Config(..) | Watched::Kubeconfigs | Watched::Crds(_) => {
             watcher::Config::default()
@@ -220,36 +217,13 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             watcher::Config::default().labels(labels::MODEL_CACHE)
         }
     };
-    let mut events = watcher(api, config).default_backoff().boxed();
-    let mut listing: Vec<Value> = Vec::new();
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
+    let mut changes = modelplane_watch::changes(api, config, shape).boxed();
+    while let Some(change) = changes.next().await {
+        let change = match change {
+            Ok(change) => change,
             Err(_) if replaced(&shared, &watched, &connection) => return,
             Err(e) => {
-                if connection.coming_up() {
-                    tracing::debug!(target = %connection.name, kind = %kind, error = %e, "watch not started yet; retrying");
-                } else {
-                    tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
-                }
-                if let (Watched::Control(k), Ok(mut errors)) =
-                    (&watched, shared.watch_errors.lock())
-                {
-                    errors.insert(*k, e.to_string());
-                }
-                if let Some(why) = transport_failure(&e)
-                    && !connection.coming_up()
-                    && connection.set_unreachable(Some(why.clone()))
-                {
-                    tracing::warn!(target = %connection.name, "does not answer; holding everything on it");
-                    reachability_changed(&shared, &watched, Some(why));
-                    // A watch that resumes yields nothing until something
-                    // changes: whether it answers again is asked directly.
-                    shared.supervisor.spawn(
-                        "reachability probe",
-                        probe(shared.clone(), watched.clone(), connection.clone()),
-                    );
-                }
+                failed(&shared, &watched, &connection, &kind, &e);
                 continue;
             }
         };
@@ -258,152 +232,189 @@ pub async fn run(shared: Arc<Shared>, connection: Arc<Connection>, watched: Watc
             tracing::info!(target = %connection.name, "answers again");
             reachability_changed(&shared, &watched, None);
         }
-        let clusters = match (&event, &watched) {
-            (
-                watcher::Event::Apply(o) | watcher::Event::Delete(o),
-                Watched::Control(Kind::Cluster),
-            ) => o.metadata.name.clone().into_iter().collect(),
-            (watcher::Event::InitApply(o), Watched::Control(Kind::Cluster)) => {
-                o.metadata.name.clone().into_iter().collect()
+        match &watched {
+            Watched::Crds(_) => {
+                if replaced(&shared, &watched, &connection) {
+                    return;
+                }
+                crds_changed(&shared, &watched, &connection, &change);
             }
-            (watcher::Event::Apply(o) | watcher::Event::InitApply(o), Watched::Kubeconfigs) => {
-                shared.index.read().map_or_else(
+            Watched::Kubeconfigs => {
+                let secrets: Vec<&Value> = match &change {
+                    Change::Applied(o) => vec![o],
+                    Change::Listed(objects) => objects.iter().collect(),
+                    Change::Deleted(_) => Vec::new(),
+                };
+                let clusters = shared.index.read().map_or_else(
                     |_| Vec::new(),
                     |index| {
-                        index.clusters_reached_by(o.metadata.name.as_deref().unwrap_or_default())
+                        secrets
+                            .into_iter()
+                            .filter_map(name_of)
+                            .flat_map(|secret| index.clusters_reached_by(&secret))
+                            .collect()
                     },
-                )
-            }
-            _ => Vec::new(),
-        };
-        if let Watched::Crds(_) = &watched {
-            if replaced(&shared, &watched, &connection) {
-                return;
-            }
-            // A relist (InitDone) may carry CRDs installed while the watch
-            // was down.
-            // A CRD's change concerns its group's kinds only; the
-            // subjects on the target are looked at again when one of them
-            // had been found missing (or one is removed).
-            fn group(crd: &DynamicObject) -> &str {
-                crd.data["spec"]["group"].as_str().unwrap_or_default()
-            }
-            let requeue = match &event {
-                watcher::Event::Apply(crd) => connection.forget_group(group(crd)),
-                watcher::Event::Delete(crd) => {
-                    connection.forget_group(group(crd));
-                    true
-                }
-                watcher::Event::InitDone => {
-                    connection.forget_kinds();
-                    true
-                }
-                _ => false,
-            };
-            // Woken whatever the group: a watch whose discovery was in
-            // flight has recorded nothing yet.
-            connection.kinds_changed.notify_waiters();
-            if requeue {
-                requeue_on(&shared, &watched);
-            }
-            continue;
-        }
-        if matches!(watched, Watched::Kubeconfigs) {
-            for cluster in clusters {
-                shared.queue.add(crate::Work::Connect(cluster));
-            }
-            continue;
-        }
-        // An owner deleted (a ModelReplica; a ServingStack, itself owned)
-        // leaves its objects on every target to collect; so may one the
-        // index had not seen yet when its objects were listed.
-        let collect_everywhere = match (&event, &watched) {
-            (_, Watched::Workloads(..)) => false,
-            (watcher::Event::Delete(_), _) | (watcher::Event::InitDone, Watched::Control(_)) => {
-                true
-            }
-            _ => false,
-        };
-        let subjects = {
-            let Ok(mut index) = shared.index.write() else {
-                return;
-            };
-            // Checked under the index's lock, which a reconnect holds while
-            // it swaps connections: a replaced connection's watch (its
-            // kubeconfig changed) writes nothing more; the new one runs its
-            // own watches.
-            if let Watched::Owned(target, ..) | Watched::Workloads(target, _) = &watched
-                && !shared
-                    .connection(target)
-                    .is_some_and(|current| Arc::ptr_eq(&current, &connection))
-            {
-                return;
-            }
-            if collect_everywhere {
-                for target in index.world.applied.keys() {
-                    shared.queue.add(crate::Work::Orphans(target.clone()));
+                );
+                for cluster in clusters {
+                    shared.queue.add(crate::Work::Connect(cluster));
                 }
             }
-            // A target's objects are looked over when they were listed and
-            // when one arrives whose owner is not known; not on every
-            // change (each look goes over all the target's objects).
-            if let Watched::Owned(target, ..) = &watched {
-                let orphan = match &event {
-                    watcher::Event::InitDone => true,
-                    watcher::Event::Apply(o) => o
-                        .labels()
-                        .get(labels::OWNER_UID)
-                        .is_none_or(|owner| !index.knows_owner(owner)),
-                    _ => false,
-                };
-                if orphan {
-                    shared.queue.add(crate::Work::Orphans(target.clone()));
+            _ => {
+                if !indexed(&shared, &watched, &connection, change) {
+                    return;
                 }
             }
-            match (event, &watched) {
-                (watcher::Event::Init, _) => {
-                    listing.clear();
-                    Vec::new()
-                }
-                (watcher::Event::InitApply(o), _) => {
-                    listing.push(value(o));
-                    Vec::new()
-                }
-                (watcher::Event::InitDone, Watched::Control(k)) => {
-                    index.reset(*k, &std::mem::take(&mut listing))
-                }
-                (watcher::Event::InitDone, Watched::Owned(t, a, k)) => {
-                    index.reset_owned(t, (a, k), std::mem::take(&mut listing))
-                }
-                (watcher::Event::InitDone, Watched::Config(a, k)) => {
-                    index.reset_configs((a, k), std::mem::take(&mut listing))
-                }
-                (watcher::Event::Apply(o), Watched::Config(..)) => index.apply_config(value(o)),
-                (watcher::Event::Delete(o), Watched::Config(..)) => index.delete_config(&value(o)),
-                // Handled before the index is locked.
-                (_, Watched::Kubeconfigs | Watched::Crds(_)) => Vec::new(),
-                (watcher::Event::Apply(o), Watched::Control(k)) => index.apply(*k, &value(o)),
-                (watcher::Event::Apply(o), Watched::Owned(t, ..)) => index.apply_owned(t, value(o)),
-                (watcher::Event::Delete(o), Watched::Control(k)) => index.delete(*k, &value(o)),
-                (watcher::Event::Delete(o), Watched::Owned(t, ..)) => {
-                    index.delete_owned(t, &value(o))
-                }
-                (watcher::Event::InitDone, Watched::Workloads(t, what)) => {
-                    index.reset_workloads(t, *what, &std::mem::take(&mut listing))
-                }
-                (watcher::Event::Apply(o), Watched::Workloads(t, what)) => {
-                    index.apply_workload(t, *what, &value(o))
-                }
-                (watcher::Event::Delete(o), Watched::Workloads(t, what)) => {
-                    index.delete_workload(t, *what, &value(o))
-                }
-            }
-        };
-        for cluster in clusters {
-            shared.queue.add(crate::Work::Connect(cluster));
-        }
-        for subject in subjects {
-            shared.queue.add(crate::Work::Reconcile(subject));
         }
     }
+}
+
+/// Says why a watch failed, and whether its target stopped answering.
+fn failed(
+    shared: &Arc<Shared>,
+    watched: &Watched,
+    connection: &Arc<Connection>,
+    kind: &str,
+    e: &watcher::Error,
+) {
+    if connection.coming_up() {
+        tracing::debug!(target = %connection.name, kind = %kind, error = %e, "watch not started yet; retrying");
+    } else {
+        tracing::warn!(target = %connection.name, kind = %kind, error = %e, "watch failed; retrying");
+    }
+    if let (Watched::Control(k), Ok(mut errors)) = (watched, shared.watch_errors.lock()) {
+        errors.insert(*k, e.to_string());
+    }
+    if let Some(why) = transport_failure(e)
+        && !connection.coming_up()
+        && connection.set_unreachable(Some(why.clone()))
+    {
+        tracing::warn!(target = %connection.name, "does not answer; holding everything on it");
+        reachability_changed(shared, watched, Some(why));
+        // A watch that resumes yields nothing until something changes:
+        // whether it answers again is asked directly.
+        shared.supervisor.spawn(
+            "reachability probe",
+            probe(shared.clone(), watched.clone(), connection.clone()),
+        );
+    }
+}
+
+/// A target's CRDs changed. A CRD's change concerns its group's kinds
+/// only; the subjects on the target are looked at again when one of them
+/// had been found missing (or one is removed). A relist may carry CRDs
+/// installed while the watch was down.
+fn crds_changed(shared: &Shared, watched: &Watched, connection: &Connection, change: &Change) {
+    fn group(crd: &Value) -> &str {
+        crd["spec"]["group"].as_str().unwrap_or_default()
+    }
+    let requeue = match change {
+        Change::Applied(crd) => connection.forget_group(group(crd)),
+        Change::Deleted(crd) => {
+            connection.forget_group(group(crd));
+            true
+        }
+        Change::Listed(_) => {
+            connection.forget_kinds();
+            true
+        }
+    };
+    // Woken whatever the group: a watch whose discovery was in flight has
+    // recorded nothing yet.
+    connection.kinds_changed.notify_waiters();
+    if requeue {
+        requeue_on(shared, watched);
+    }
+}
+
+/// Takes `change` into the index and queues what it concerns; `false`
+/// when the watch is of a replaced connection and must end.
+fn indexed(
+    shared: &Shared,
+    watched: &Watched,
+    connection: &Arc<Connection>,
+    change: Change,
+) -> bool {
+    let clusters: Vec<String> = match (&change, watched) {
+        (Change::Applied(o) | Change::Deleted(o), Watched::Control(Kind::Cluster)) => {
+            name_of(o).into_iter().collect()
+        }
+        (Change::Listed(objects), Watched::Control(Kind::Cluster)) => {
+            objects.iter().filter_map(name_of).collect()
+        }
+        _ => Vec::new(),
+    };
+    // An owner deleted (a ModelReplica; a ServingStack, itself owned)
+    // leaves its objects on every target to collect; so may one the index
+    // had not seen yet when its objects were listed.
+    let collect_everywhere = match (&change, watched) {
+        (_, Watched::Workloads(..)) => false,
+        (Change::Deleted(_), _) | (Change::Listed(_), Watched::Control(_)) => true,
+        _ => false,
+    };
+    let subjects = {
+        let Ok(mut index) = shared.index.write() else {
+            return false;
+        };
+        // Checked under the index's lock, which a reconnect holds while it
+        // swaps connections: a replaced connection's watch (its kubeconfig
+        // changed) writes nothing more; the new one runs its own watches.
+        if let Watched::Owned(target, ..) | Watched::Workloads(target, _) = watched
+            && !shared
+                .connection(target)
+                .is_some_and(|current| Arc::ptr_eq(&current, connection))
+        {
+            return false;
+        }
+        if collect_everywhere {
+            for target in index.world.applied.keys() {
+                shared.queue.add(crate::Work::Orphans(target.clone()));
+            }
+        }
+        // A target's objects are looked over when they were listed and
+        // when one arrives whose owner is not known; not on every change
+        // (each look goes over all the target's objects).
+        if let Watched::Owned(target, ..) = watched {
+            let orphan = match &change {
+                Change::Listed(_) => true,
+                Change::Applied(o) => o["metadata"]["labels"][labels::OWNER_UID]
+                    .as_str()
+                    .is_none_or(|owner| !index.knows_owner(owner)),
+                Change::Deleted(_) => false,
+            };
+            if orphan {
+                shared.queue.add(crate::Work::Orphans(target.clone()));
+            }
+        }
+        match (change, watched) {
+            (Change::Listed(objects), Watched::Control(k)) => index.reset(*k, &objects),
+            (Change::Listed(objects), Watched::Owned(t, a, k)) => {
+                index.reset_owned(t, (a, k), objects)
+            }
+            (Change::Listed(objects), Watched::Config(a, k)) => {
+                index.reset_configs((a, k), objects)
+            }
+            (Change::Listed(objects), Watched::Workloads(t, what)) => {
+                index.reset_workloads(t, *what, &objects)
+            }
+            (Change::Applied(o), Watched::Control(k)) => index.apply(*k, &o),
+            (Change::Applied(o), Watched::Owned(t, ..)) => index.apply_owned(t, o),
+            (Change::Applied(o), Watched::Config(..)) => index.apply_config(o),
+            (Change::Applied(o), Watched::Workloads(t, what)) => index.apply_workload(t, *what, &o),
+            (Change::Deleted(o), Watched::Control(k)) => index.delete(*k, &o),
+            (Change::Deleted(o), Watched::Owned(t, ..)) => index.delete_owned(t, &o),
+            (Change::Deleted(o), Watched::Config(..)) => index.delete_config(&o),
+            (Change::Deleted(o), Watched::Workloads(t, what)) => {
+                index.delete_workload(t, *what, &o)
+            }
+            // Not indexed: handled by the caller.
+            (_, Watched::Kubeconfigs | Watched::Crds(_)) => Vec::new(),
+        }
+    };
+    for cluster in clusters {
+        shared.queue.add(crate::Work::Connect(cluster));
+    }
+    for subject in subjects {
+        shared.queue.add(crate::Work::Reconcile(subject));
+    }
+    true
 }

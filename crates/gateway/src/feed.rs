@@ -1,6 +1,7 @@
 //! The gateway's objects from an API server's watches, for `modelplane
 //! gateway --kubeconfig`: ModelServices, ModelEndpoints and Secrets, kept in
-//! an index by kube-runtime watchers (relisting with backoff on their own).
+//! an index fed by the one watch driver (`modelplane-watch`: kube-runtime
+//! watchers, relisting with backoff on their own).
 //!
 //! Data flow: watch events update the index synchronously → once every
 //! kind is listed, the events ready at that moment are taken together →
@@ -15,26 +16,26 @@ use std::time::Instant;
 
 use futures_util::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
 use modelplane_api::types::{ModelEndpoint, ModelService};
+use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::config::{Objects, publish};
 use crate::state::Gateway;
 
-/// One watch event, of whichever kind.
+/// One watch change, of whichever kind.
 enum Change {
-    Service(watcher::Event<ModelService>),
-    Endpoint(watcher::Event<ModelEndpoint>),
-    Secret(watcher::Event<Secret>),
+    Service(modelplane_watch::Change),
+    Endpoint(modelplane_watch::Change),
+    Secret(modelplane_watch::Change),
 }
 
 /// Objects of one kind by `namespace/name`, whether listed once, and
 /// whether what the table reads of them changed since it was compiled.
 struct Kind<T> {
     objects: BTreeMap<String, T>,
-    listing: BTreeMap<String, T>,
     listed: bool,
     changed: bool,
 }
@@ -43,7 +44,6 @@ impl<T> Default for Kind<T> {
     fn default() -> Self {
         Kind {
             objects: BTreeMap::new(),
-            listing: BTreeMap::new(),
             listed: false,
             changed: false,
         }
@@ -86,21 +86,31 @@ impl Routed for Secret {
     }
 }
 
-impl<T: Resource + Routed> Kind<T> {
-    /// Takes in one event; compared object by object, so a burst of status
-    /// writes costs each its own comparison, not a copy of the whole kind.
-    fn apply(&mut self, event: watcher::Event<T>) {
-        match event {
-            watcher::Event::Init => self.listing.clear(),
-            watcher::Event::InitApply(o) => {
-                self.listing.insert(key(&o), o);
-            }
-            watcher::Event::InitDone => {
-                self.objects = std::mem::take(&mut self.listing);
+/// `object` typed; `None` (and a warning) when it does not parse.
+fn typed<T: DeserializeOwned>(object: Value) -> Option<T> {
+    let name = object["metadata"]["name"].to_string();
+    serde_json::from_value(object)
+        .inspect_err(|e| tracing::warn!(object = %name, error = %e, "left out: it does not parse"))
+        .ok()
+}
+
+impl<T: Resource + Routed + DeserializeOwned> Kind<T> {
+    /// Takes in one change; compared object by object, so a burst of
+    /// status writes costs each its own comparison, not a copy of the
+    /// whole kind.
+    fn apply(&mut self, change: modelplane_watch::Change) {
+        match change {
+            modelplane_watch::Change::Listed(objects) => {
+                self.objects = objects
+                    .into_iter()
+                    .filter_map(typed::<T>)
+                    .map(|o| (key(&o), o))
+                    .collect();
                 self.listed = true;
                 self.changed = true;
             }
-            watcher::Event::Apply(o) => {
+            modelplane_watch::Change::Applied(o) => {
+                let Some(o) = typed::<T>(o) else { return };
                 let key = key(&o);
                 let same = self
                     .objects
@@ -109,11 +119,25 @@ impl<T: Resource + Routed> Kind<T> {
                 self.changed |= !same;
                 self.objects.insert(key, o);
             }
-            watcher::Event::Delete(o) => {
-                self.changed |= self.objects.remove(&key(&o)).is_some();
+            modelplane_watch::Change::Deleted(o) => {
+                let key = format!(
+                    "{}/{}",
+                    o["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    o["metadata"]["name"].as_str().unwrap_or_default()
+                );
+                self.changed |= self.objects.remove(&key).is_some();
             }
         }
     }
+}
+
+/// The changes of every `T` `client` reaches, through the one watch driver.
+fn changes_of<T: Resource<DynamicType = ()>>(
+    client: &Client,
+) -> impl futures_util::Stream<Item = Result<modelplane_watch::Change, watcher::Error>> + Send {
+    let resource = kube::api::ApiResource::erase::<T>(&());
+    let api = modelplane_watch::api(client.clone(), &resource, None);
+    modelplane_watch::changes(api, watcher::Config::default(), modelplane_watch::whole)
 }
 
 /// Keeps `gateway`'s table compiled from what `client`'s API server holds,
@@ -123,16 +147,9 @@ pub async fn watch(
     client: Client,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    let config = watcher::Config::default;
-    let services = watcher(Api::<ModelService>::all(client.clone()), config())
-        .default_backoff()
-        .map(|e| e.map(Change::Service));
-    let endpoints = watcher(Api::<ModelEndpoint>::all(client.clone()), config())
-        .default_backoff()
-        .map(|e| e.map(Change::Endpoint));
-    let secrets = watcher(Api::<Secret>::all(client), config())
-        .default_backoff()
-        .map(|e| e.map(Change::Secret));
+    let services = changes_of::<ModelService>(&client).map(|e| e.map(Change::Service));
+    let endpoints = changes_of::<ModelEndpoint>(&client).map(|e| e.map(Change::Endpoint));
+    let secrets = changes_of::<Secret>(&client).map(|e| e.map(Change::Secret));
     let mut changes =
         futures_util::stream::select(futures_util::stream::select(services, endpoints), secrets)
             .boxed();

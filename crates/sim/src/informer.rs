@@ -7,18 +7,12 @@
 //! Over HTTP/2 every watch of a server shares one connection, whose window a
 //! watch left unread would spend, stalling the loop's own writes.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, ApiResource};
-use kube::core::DynamicResourceScope;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource};
-use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
+use kube::Client;
+use kube::runtime::watcher;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -41,7 +35,8 @@ pub enum Change {
 }
 
 /// Watches `kind` (index `index`) and sends every change until `tx` closes,
-/// each object as `trim` leaves it (what the loop reads of it).
+/// each object as `trim` leaves it (what the loop reads of it), through
+/// the one watch driver the controller and the gateway use too.
 pub async fn watch(
     client: Client,
     kind: Kind,
@@ -49,129 +44,34 @@ pub async fn watch(
     trim: fn(usize, &mut Value),
     tx: mpsc::UnboundedSender<Change>,
 ) {
-    let api: Api<Watched> = Api::all_with(client, &kind.resource);
-    let mut events = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    while let Some(event) = events.next().await {
-        let value = |o: Watched| {
-            let mut value = o.value;
-            trim(index, &mut value);
-            // Kept as long as the object lives, so written out afresh: each
-            // map the size of what it holds (read, a map grows by doubling,
-            // and trimming leaves the room it had: 10 % more memory).
-            serde_json::to_value(&value).unwrap_or(value)
-        };
-        let change = match event {
-            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                Change::Apply(index, value(o))
+    let api = modelplane_watch::api(client, &kind.resource, None);
+    let shape = move |mut value: Value| {
+        trim(index, &mut value);
+        // Kept as long as the object lives.
+        modelplane_watch::compact(value)
+    };
+    let mut changes = modelplane_watch::changes(api, watcher::Config::default(), shape).boxed();
+    while let Some(change) = changes.next().await {
+        let changes = match change {
+            Ok(modelplane_watch::Change::Applied(o)) => vec![Change::Apply(index, o)],
+            Ok(modelplane_watch::Change::Deleted(o)) => vec![Change::Delete(index, o)],
+            Ok(modelplane_watch::Change::Listed(objects)) => {
+                std::iter::once(Change::Relisting(index))
+                    .chain(objects.into_iter().map(|o| Change::Apply(index, o)))
+                    .chain(std::iter::once(Change::Relisted(index)))
+                    .collect()
             }
-            Ok(watcher::Event::Delete(o)) => Change::Delete(index, value(o)),
-            Ok(watcher::Event::Init) => Change::Relisting(index),
-            Ok(watcher::Event::InitDone) => Change::Relisted(index),
             Err(e) => {
                 // Normal until a CRD is installed; the watcher retries.
                 tracing::trace!(kind = %kind.resource.kind, error = %e, "watch failed; retrying");
                 continue;
             }
         };
-        if tx.send(change).is_err() {
-            return;
+        for change in changes {
+            if tx.send(change).is_err() {
+                return;
+            }
         }
-    }
-}
-
-/// An object as a watch brings it: parsed once, as a `Value` (kube's
-/// `DynamicObject` parses through serde's `flatten`, which buffers each
-/// object whole first, and was then written back out as a `Value`), with
-/// the metadata the watcher reads copied beside it.
-#[derive(Clone, Debug)]
-struct Watched {
-    metadata: ObjectMeta,
-    value: Value,
-}
-
-impl<'de> Deserialize<'de> for Watched {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Watched, D::Error> {
-        let value = deserializer.deserialize_map(WithoutManagedFields { top: true })?;
-        let text = |key: &str| Some(value["metadata"].get(key)?.as_str()?.to_string());
-        Ok(Watched {
-            metadata: ObjectMeta {
-                name: text("name"),
-                namespace: text("namespace"),
-                uid: text("uid"),
-                resource_version: text("resourceVersion"),
-                ..ObjectMeta::default()
-            },
-            value,
-        })
-    }
-}
-
-/// Reads an object, skipping its metadata's `managedFields`: no simulated
-/// controller reads who owns which field, and the entries are most of a
-/// server-side-applied object's size (skipped, they are never allocated).
-struct WithoutManagedFields {
-    /// The object itself; `false` for its metadata.
-    top: bool,
-}
-
-impl<'de> Visitor<'de> for WithoutManagedFields {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("an object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut object = serde_json::Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let value = match (self.top, key.as_str()) {
-                (true, "metadata") => map.next_value_seed(WithoutManagedFields { top: false })?,
-                (false, "managedFields") => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-                _ => map.next_value()?,
-            };
-            object.insert(key, value);
-        }
-        Ok(Value::Object(object))
-    }
-}
-
-impl<'de> DeserializeSeed<'de> for WithoutManagedFields {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl Resource for Watched {
-    type DynamicType = ApiResource;
-    type Scope = DynamicResourceScope;
-
-    fn kind(resource: &ApiResource) -> Cow<'_, str> {
-        resource.kind.as_str().into()
-    }
-    fn group(resource: &ApiResource) -> Cow<'_, str> {
-        resource.group.as_str().into()
-    }
-    fn version(resource: &ApiResource) -> Cow<'_, str> {
-        resource.version.as_str().into()
-    }
-    fn api_version(resource: &ApiResource) -> Cow<'_, str> {
-        resource.api_version.as_str().into()
-    }
-    fn plural(resource: &ApiResource) -> Cow<'_, str> {
-        resource.plural.as_str().into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
     }
 }
 
@@ -292,28 +192,10 @@ impl Snapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::ResourceExt;
     use serde_json::json;
 
     fn object(name: &str) -> Value {
         json!({ "metadata": { "name": name, "namespace": "ns" } })
-    }
-
-    #[test]
-    fn a_watched_object_is_kept_whole_but_for_its_managed_fields() {
-        let line = json!({ "apiVersion": "v1", "kind": "Node",
-            "metadata": { "name": "n", "uid": "u", "resourceVersion": "7", "labels": { "a": "b" },
-                "managedFields": [{ "manager": "kubelet" }] },
-            "status": { "conditions": [{ "type": "Ready", "status": "True" }] } });
-        let watched: Watched = serde_json::from_value(line.clone()).expect("an object");
-        let mut expected = line;
-        expected["metadata"]
-            .as_object_mut()
-            .map(|m| m.remove("managedFields"));
-        assert_eq!(watched.value, expected);
-        // What the watcher reads to resume.
-        assert_eq!(watched.resource_version().as_deref(), Some("7"));
-        assert_eq!(watched.meta().name.as_deref(), Some("n"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use modelplane_gateway::state::{Gateway, GatewayConfig};
 use serde_json::{Value, json};
 
@@ -45,15 +45,12 @@ pub async fn run(workload: Arc<Workload>) {
         }
     };
     let client = workload.client().clone();
-    let classes = watcher(
-        gateway_class().api(&client, None),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .map(drop);
-    let gateways = watcher(gateway().api(&client, None), watcher::Config::default())
-        .default_backoff()
-        .map(drop);
+    let wakes = |kind: Kind| {
+        let api = modelplane_watch::api(client.clone(), &kind.resource, None);
+        modelplane_watch::changes(api, watcher::Config::default(), modelplane_watch::whole)
+            .map(drop)
+    };
+    let (classes, gateways) = (wakes(gateway_class()), wakes(gateway()));
     let mut changes = futures_util::stream::select(classes, gateways).boxed();
     // The watches are read as they come, whatever a pass is waiting on: they
     // share the cluster's HTTP/2 connection with the pass's own requests.
