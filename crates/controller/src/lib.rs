@@ -56,6 +56,8 @@ pub struct Config {
     /// How long a ModelReplica no longer wanted keeps serving what it was
     /// sent, out of the routing, before it is deleted (`drain`).
     pub drain: Duration,
+    /// How workload clusters' clients are made from their kubeconfigs.
+    pub connector: clusters::Connector,
 }
 
 impl Default for Config {
@@ -67,6 +69,7 @@ impl Default for Config {
             election: None,
             probes: None,
             drain: Duration::from_secs(30),
+            connector: clusters::Connector::default(),
         }
     }
 }
@@ -137,6 +140,8 @@ pub struct Shared {
     pub placing: placing::Turns,
     /// Since when subjects have been failing.
     pub failing: reconcile::Failing,
+    /// How workload clusters' clients are made.
+    pub connector: clusters::Connector,
 }
 
 /// Cloud provider configs a cloud cluster's composition reads: the GCP
@@ -154,6 +159,7 @@ impl Shared {
         control: Connection,
         leading: tokio::sync::watch::Receiver<bool>,
         drain: Duration,
+        connector: clusters::Connector,
     ) -> Arc<Shared> {
         let events = events::Recorder::new(control.client().clone(), control.gate().clone());
         Arc::new(Shared {
@@ -171,6 +177,7 @@ impl Shared {
             drain,
             placing: placing::Turns::default(),
             failing: reconcile::Failing::default(),
+            connector,
         })
     }
 
@@ -283,10 +290,18 @@ async fn ensure_system_namespace(client: kube::Client) {
     }
 }
 
+/// A task meant to run until stopped, as a critical one: its end is the
+/// error `"<what> stopped"`.
+async fn ended(task: impl std::future::Future<Output = ()>, what: &str) -> Result<(), String> {
+    task.await;
+    Err(format!("{what} stopped"))
+}
+
 /// Runs the controllers against `control` until `shutdown` resolves. With
 /// leader election, watches run from the start (a warm index for a fast
-/// takeover) and work only while leading. Fails only when the probes'
-/// address cannot be bound.
+/// takeover) and work only while leading. Fails when the probes' address
+/// cannot be bound, or when a task it cannot run without (a control-plane
+/// watch, a worker) ends or panics.
 pub async fn run(
     config: Config,
     control: Connection,
@@ -301,7 +316,12 @@ pub async fn run(
         Some(_) => control.gated(Arc::new(lease::WriteGate::default())),
         None => control,
     };
-    let shared = Shared::new(control, leading.subscribe(), config.drain);
+    let shared = Shared::new(
+        control,
+        leading.subscribe(),
+        config.drain,
+        config.connector.clone(),
+    );
     shared.supervisor.spawn(
         "system namespace",
         ensure_system_namespace(shared.control.client().clone()),
@@ -320,15 +340,17 @@ pub async fn run(
     if let Ok(mut index) = shared.index.write() {
         index.world.builtin_gateway = config.gateway_address.clone();
     }
+    // What the controller cannot run without: a control-plane watch or a
+    // worker that ends (or panics) stops it with that error.
     for kind in Kind::ALL {
-        shared.supervisor.spawn(
-            "control watch",
-            watch::run(
-                shared.clone(),
-                shared.control.clone(),
-                Watched::Control(kind),
-            ),
+        let watching = watch::run(
+            shared.clone(),
+            shared.control.clone(),
+            Watched::Control(kind),
         );
+        shared
+            .supervisor
+            .spawn_critical("control watch", ended(watching, "a control-plane watch"));
     }
     shared.watch_target(&Target::ControlPlane);
     shared.supervisor.spawn(
@@ -346,9 +368,10 @@ pub async fn run(
         );
     }
     for _ in 0..config.workers.max(1) {
+        let working = reconcile::work(shared.clone());
         shared
             .supervisor
-            .spawn("worker", reconcile::work(shared.clone()));
+            .spawn_critical("worker", ended(working, "a worker"));
     }
     shared
         .supervisor
@@ -371,7 +394,13 @@ pub async fn run(
             }
         }
     });
-    shutdown.await;
+    let failed = tokio::select! {
+        () = shutdown => None,
+        why = shared.supervisor.failure() => Some(why),
+    };
     shared.supervisor.shutdown().await;
-    Ok(())
+    match failed {
+        None => Ok(()),
+        Some(why) => Err(std::io::Error::other(why)),
+    }
 }

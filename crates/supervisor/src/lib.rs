@@ -6,7 +6,7 @@
 //!
 //! Failure policy: a task spawned as critical ([`Supervisor::spawn_critical`])
 //! is one the process cannot run without (an API server, the controllers,
-//! a listener); if it ends before shutdown began, its error is the
+//! a listener); if it ends (or panics) before shutdown began, its error is the
 //! process's [`Supervisor::failure`], which its owner waits on to stop with
 //! that error instead of running half up.
 //!
@@ -71,7 +71,7 @@ impl Supervisor {
     ) {
         let me = self.clone();
         self.spawn(name, async move {
-            let ended = task.await;
+            let ended = unwinding(name, task).await;
             me.ended(name, ended);
         });
     }
@@ -88,7 +88,7 @@ impl Supervisor {
         let me = self.clone();
         let task = task(Draining::new(self.drain.subscribe()));
         self.spawn_into(&self.front, name, async move {
-            let ended = task.await;
+            let ended = unwinding(name, task).await;
             me.ended(name, ended);
         });
     }
@@ -184,6 +184,37 @@ impl Supervisor {
             .unwrap_or_default();
         let mut tasks = tasks;
         while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// `task`'s result, or its panic as an error: a critical task that panics
+/// is a failure as much as one that returns. It runs as a task of its own,
+/// aborted when this future is dropped (its supervisor stopping it).
+async fn unwinding<E: std::fmt::Display>(
+    name: &'static str,
+    task: impl Future<Output = Result<(), E>> + Send + 'static,
+) -> Result<(), String> {
+    struct AbortOnDrop(tokio::task::JoinHandle<Result<(), String>>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut running = AbortOnDrop(tokio::spawn(async move {
+        task.await.map_err(|e| e.to_string())
+    }));
+    match (&mut running.0).await {
+        Ok(ended) => ended,
+        Err(e) if e.is_panic() => {
+            let payload = e.into_panic();
+            let why = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(format!("{name} panicked: {why}"))
+        }
+        Err(_) => Err(format!("{name} was cancelled")),
     }
 }
 
@@ -307,6 +338,32 @@ mod tests {
             failed.await.is_err(),
             "a task ending at shutdown is no failure"
         );
+    }
+
+    #[tokio::test]
+    async fn a_critical_task_that_panics_is_the_failure() {
+        let supervisor = Supervisor::default();
+        supervisor.spawn_critical("controllers", async { poisoned() });
+        assert_eq!(
+            supervisor.failure().await,
+            "controllers panicked: the index is poisoned"
+        );
+    }
+
+    fn poisoned() -> Result<(), String> {
+        panic!("the index is poisoned")
+    }
+
+    #[tokio::test]
+    async fn a_critical_task_stopped_at_shutdown_stops_what_it_spawned_to_run() {
+        let supervisor = Supervisor::default();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        supervisor.spawn_critical("forever", async move {
+            let _tx = tx;
+            std::future::pending::<Result<(), String>>().await
+        });
+        supervisor.shutdown().await;
+        assert!(rx.recv().await.is_none(), "the task ran no longer");
     }
 
     #[tokio::test]
