@@ -48,6 +48,6 @@ pub use compaction::{COMPACT_EVERY, RETENTION, Retention};
 pub use gc::sweep as collect_garbage;
 pub use http::{MAX_BODY, router};
 pub use namespaces::create as create_namespace;
-pub use serve::{Config, MAX_CONNECTIONS, run, serve, serve_clusters};
+pub use serve::{Config, Embedded, MAX_CONNECTIONS, run, serve, serve_clusters};
 pub use server::{ApiServer, Shared};
 pub use store::{Error, Event, EventKind, Revision, Store, Stored, Write};

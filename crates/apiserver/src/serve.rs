@@ -188,32 +188,12 @@ pub async fn serve_clusters(
     )?;
     let clusters = Clusters::open(store);
     clusters.set_endpoint(&format!("https://{addr}"), &base64(cert.as_bytes()), &token);
-    let app = crate::http::clusters_router(clusters.clone()).layer(axum::middleware::from_fn(
-        move |req, next| authenticate(token.clone(), req, next),
-    ));
-    let resumed = {
-        let c = clusters.clone();
-        tokio::task::spawn_blocking(move || c.resume())
-            .await
-            .map_err(std::io::Error::other)?
-            .map_err(|e| std::io::Error::other(format!("reading the logical clusters: {e}")))?
-    };
-    // The server's own work and its connections stop with it.
-    let tasks = modelplane_supervisor::Supervisor::default();
-    for server in std::iter::once(clusters.root().clone()).chain(resumed) {
-        tasks.spawn("gc-resume", crate::gc::resume(server.clone()));
-        tasks.spawn(
-            "namespaces-resume",
-            crate::namespaces::resume(server.store().clone(), server.tasks().clone()),
-        );
-        tasks.spawn(
-            "crd-deletions-resume",
-            crate::http::resume_crd_deletions(server),
-        );
-    }
-    tasks.spawn("cluster-deletions", clusters.clone().follow_deletions());
-    tasks.spawn("gc-sweep", crate::gc::sweep(clusters.root().clone()));
-    tasks.spawn("compaction", compact_periodically(clusters.clone()));
+    let embedded = Embedded::start(clusters.clone()).await?;
+    let app = embedded
+        .router()
+        .layer(axum::middleware::from_fn(move |req, next| {
+            authenticate(token.clone(), req, next)
+        }));
     ready(addr, &path, &clusters);
     let requests = clusters.root().tasks().clone();
     let shutdown = async move {
@@ -255,11 +235,63 @@ pub async fn serve_clusters(
         },
     )
     .await;
-    tasks.shutdown().await;
-    // And what requests left running (every cluster of the store shares
-    // one owner).
-    clusters.root().tasks().shutdown().await;
+    embedded.shutdown().await;
     Ok(())
+}
+
+/// The server without its listener: every cluster of a store, with the
+/// server's own work running beside them (garbage collection, namespace
+/// and CRD deletions resumed, logical clusters' deletions followed,
+/// compaction), and the router serving them all. [`serve`] puts TLS and
+/// the token in front of it; tests call the router in process.
+pub struct Embedded {
+    /// Every cluster it serves.
+    pub clusters: std::sync::Arc<Clusters>,
+    tasks: modelplane_supervisor::Supervisor,
+}
+
+impl Embedded {
+    /// Resumes what `clusters`' store left under way and starts the
+    /// server's own work.
+    pub async fn start(clusters: std::sync::Arc<Clusters>) -> std::io::Result<Embedded> {
+        let resumed = {
+            let c = clusters.clone();
+            tokio::task::spawn_blocking(move || c.resume())
+                .await
+                .map_err(std::io::Error::other)?
+                .map_err(|e| std::io::Error::other(format!("reading the logical clusters: {e}")))?
+        };
+        // The server's own work and its connections stop with it.
+        let tasks = modelplane_supervisor::Supervisor::default();
+        for server in std::iter::once(clusters.root().clone()).chain(resumed) {
+            tasks.spawn("gc-resume", crate::gc::resume(server.clone()));
+            tasks.spawn(
+                "namespaces-resume",
+                crate::namespaces::resume(server.store().clone(), server.tasks().clone()),
+            );
+            tasks.spawn(
+                "crd-deletions-resume",
+                crate::http::resume_crd_deletions(server),
+            );
+        }
+        tasks.spawn("cluster-deletions", clusters.clone().follow_deletions());
+        tasks.spawn("gc-sweep", crate::gc::sweep(clusters.root().clone()));
+        tasks.spawn("compaction", compact_periodically(clusters.clone()));
+        Ok(Embedded { clusters, tasks })
+    }
+
+    /// The Kubernetes REST surface of every cluster: the root at `/`, each
+    /// logical cluster under `/clusters/<name>/`. No authentication.
+    pub fn router(&self) -> axum::Router {
+        crate::http::clusters_router(self.clusters.clone())
+    }
+
+    /// Stops the server's work, and what requests left running (every
+    /// cluster of the store shares one owner).
+    pub async fn shutdown(self) {
+        self.tasks.shutdown().await;
+        self.clusters.root().tasks().shutdown().await;
+    }
 }
 
 /// Time a client has to complete its TLS handshake.

@@ -82,6 +82,7 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             }),
             probes: args.probes_listen,
             drain: Duration::from_secs(args.drain_seconds),
+            ..modelplane_controller::Config::default()
         };
         let control = modelplane_controller::target::Connection::new("control plane", client);
         modelplane_controller::run(config, control, crate::logging::terminated())

@@ -1564,55 +1564,6 @@ fn a_controller_killed_mid_apply_of_100_deployments_ends_where_an_uninterrupted_
     }
 }
 
-#[test]
-fn deployments_reconciled_together_never_place_more_replicas_than_the_pool_holds() {
-    let (nodes, deployments) = (12, 30);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let server = Server::start(&dir.path().join("data"));
-    fleet_of(&server, None, nodes);
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| platform(&server, &stop, "10.0.0.7"));
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let _controller = controller(&server);
-            wait_for("the cluster Ready", WAIT, || {
-                get_json(&server, None, &["get", "ic", "edge"])
-                    .and_then(|c| condition(&c, "Ready"))
-                    .filter(|s| s == "True")
-            });
-            // Every deployment at once: the controller's workers place them
-            // side by side, each from the same fleet. A watch sees every
-            // replica ever made, so one made and removed again would count.
-            let made = server.watch_names(&["modelreplicas", "-n", "ml-team"]);
-            server.apply(None, &one_replica_deployments(deployments));
-            wait_for("every deployment looked at", WAIT, || {
-                let list = get_json(&server, None, &["get", "md", "-n", "ml-team"])?;
-                let items = list["items"].as_array()?;
-                (items.len() == deployments && items.iter().all(|d| d["status"].is_object()))
-                    .then_some(())
-            });
-            wait_for("the pool full", WAIT, || {
-                (names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]).len() == nodes)
-                    .then_some(())
-            });
-            // A few resyncs (every second) more, then: never more than fit.
-            std::thread::sleep(Duration::from_secs(3));
-            let ever = made.seen();
-            assert_eq!(
-                ever.len(),
-                nodes,
-                "one replica per single-GPU node, the other deployments waiting for capacity: {ever:?}"
-            );
-            assert_eq!(
-                names(&server, None, &["get", "modelreplicas", "-n", "ml-team"]).len(),
-                nodes
-            );
-        }));
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
-}
-
 /// Runs `steps` beside the platform's stand-in for `edge` (Helm releases
 /// Ready, the Gateway's address), stopping it however `steps` ends.
 fn with_platform(server: &Server, steps: impl FnOnce()) {

@@ -48,6 +48,39 @@ pub enum ConnectError {
     },
 }
 
+/// How a workload cluster's client is made from its kubeconfig: over
+/// HTTP/2 where the server speaks it (`modelplane-kubeclient`) by default;
+/// in process for tests of the controller against the embedded API server.
+#[derive(Clone)]
+pub struct Connector(Arc<ConnectFn>);
+
+type ConnectFn = dyn Fn(kube::Config) -> Result<kube::Client, String> + Send + Sync;
+
+impl Connector {
+    /// A connector making clients with `connect`.
+    pub fn new(
+        connect: impl Fn(kube::Config) -> Result<kube::Client, String> + Send + Sync + 'static,
+    ) -> Connector {
+        Connector(Arc::new(connect))
+    }
+
+    fn connect(&self, config: kube::Config) -> Result<kube::Client, String> {
+        (self.0)(config)
+    }
+}
+
+impl Default for Connector {
+    fn default() -> Self {
+        Connector::new(|config| modelplane_kubeclient::client(config).map_err(|e| e.to_string()))
+    }
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Connector")
+    }
+}
+
 struct Connected {
     connection: Arc<Connection>,
     /// The Secret's resourceVersion the connection was built from.
@@ -162,7 +195,7 @@ pub async fn connect(shared: &Arc<Shared>, name: &str) -> Result<(), ConnectErro
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .map_err(|e| bad(e.to_string()))?;
-    let client = modelplane_kubeclient::client(config).map_err(|e| bad(e.to_string()))?;
+    let client = shared.connector.connect(config).map_err(bad)?;
     let target = Target::Cluster(name.to_string());
     {
         // Swapped under the index's lock, so no watch of the old connection

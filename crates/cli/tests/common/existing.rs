@@ -12,11 +12,11 @@ use super::Server;
 
 /// `(group, version, kind, plural, namespaced)` of a CRD served with any
 /// content.
-type Kind = (&'static str, &'static str, &'static str, &'static str, bool);
+pub type Kind = (&'static str, &'static str, &'static str, &'static str, bool);
 
 /// Crossplane's kinds the controller composes on the control plane, and
 /// Gateway API's HTTPRoute of the fleet gateway.
-const CONTROL_PLANE_KINDS: &[Kind] = &[
+pub const CONTROL_PLANE_KINDS: &[Kind] = &[
     (
         "kubernetes.m.crossplane.io",
         "v1alpha1",
@@ -69,7 +69,7 @@ const CONTROL_PLANE_KINDS: &[Kind] = &[
 ];
 
 /// What the serving stacks' charts install on a workload cluster.
-const WORKLOAD_CLUSTER_KINDS: &[Kind] = &[
+pub const WORKLOAD_CLUSTER_KINDS: &[Kind] = &[
     (
         "inference.networking.k8s.io",
         "v1",

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod existing;
+pub mod in_process;
 pub mod up;
 
 use std::io::{BufRead, BufReader, Write as _};
