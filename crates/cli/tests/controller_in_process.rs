@@ -55,6 +55,16 @@ fn name(object: &Value) -> String {
 /// The fleet: one Existing Standard cluster `edge`, its one pool `nodes`
 /// single-GPU L4 nodes.
 async fn fleet(plane: &Plane, nodes: usize) {
+    fleet_of_pools(plane, &[("l4", nodes)]).await;
+}
+
+/// The fleet: one Existing Standard cluster `edge` with `pools` (name,
+/// nodes) of single-GPU L4 nodes.
+async fn fleet_of_pools(plane: &Plane, pools: &[(&str, usize)]) {
+    let pools: Vec<Value> = pools
+        .iter()
+        .map(|(name, nodes)| json!({ "name": name, "className": "l4", "nodeCount": nodes }))
+        .collect();
     plane.control_plane().await;
     plane.existing_cluster("edge").await;
     plane
@@ -71,7 +81,7 @@ async fn fleet(plane: &Plane, nodes: usize) {
                     "spec": { "stack": "Standard",
                         "cluster": { "source": "Existing",
                             "existing": { "secretRef": { "name": "edge-kubeconfig" } } },
-                        "nodePools": [{ "name": "l4", "className": "l4", "nodeCount": nodes }] } }),
+                        "nodePools": pools } }),
             ],
         )
         .await;
@@ -240,14 +250,34 @@ async fn a_deployment_on_an_existing_cluster_becomes_ready_with_an_endpoint_per_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployments_placed_together_never_book_more_than_the_pool_holds() {
-    let (nodes, deployments) = (12, 30);
+    let ever = placed_together(&[("l4", 12)], 30).await;
+    assert_eq!(
+        ever.len(),
+        12,
+        "one replica per single-GPU node, the other deployments waiting for capacity: {ever:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployments_placed_together_on_two_pools_never_book_more_than_either_holds() {
+    // Turns are per pool: placements on the two pools go side by side,
+    // and a plan that finds its pool taken meanwhile asks for the other.
+    let ever = placed_together(&[("l4", 6), ("l4-b", 6)], 30).await;
+    assert_eq!(ever.len(), 12, "{ever:?}");
+}
+
+/// Every ModelReplica ever made (seen by a watch, so one made and removed
+/// again counts) when `deployments` one-replica deployments are applied at
+/// once to `edge` with `pools`; asserts that no pool ever held more
+/// replicas than it has nodes.
+async fn placed_together(pools: &[(&str, usize)], deployments: usize) -> BTreeSet<String> {
+    let nodes: usize = pools.iter().map(|(_, n)| n).sum();
     let plane = Plane::start().await;
-    fleet(&plane, nodes).await;
+    fleet_of_pools(&plane, pools).await;
     let controller = plane.controller(config());
+    let ever = std::sync::Arc::new(std::sync::Mutex::new(std::collections::BTreeMap::new()));
     with_platform(&plane, async {
         cluster_ready(&plane).await;
-        // A watch sees every replica ever made: one made and removed again
-        // would count.
         let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
             "modelplane.ai",
             "v1alpha1",
@@ -256,7 +286,6 @@ async fn deployments_placed_together_never_book_more_than_the_pool_holds() {
         let api = modelplane_watch::api(plane.root.clone(), &resource, Some("ml-team"));
         let mut made =
             modelplane_watch::changes(api, Default::default(), modelplane_watch::whole).boxed();
-        let ever = std::sync::Arc::new(std::sync::Mutex::new(BTreeSet::new()));
         let seen = ever.clone();
         let watching = tokio::spawn(async move {
             while let Some(Ok(change)) = made.next().await {
@@ -266,7 +295,13 @@ async fn deployments_placed_together_never_book_more_than_the_pool_holds() {
                     modelplane_watch::Change::Deleted(_) => Vec::new(),
                 };
                 if let Ok(mut seen) = seen.lock() {
-                    seen.extend(objects.iter().map(name));
+                    for o in &objects {
+                        let pool = o["spec"]["engines"][0]["members"][0]["nodePoolName"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string();
+                        seen.insert(name(o), pool);
+                    }
                 }
             }
         });
@@ -276,18 +311,23 @@ async fn deployments_placed_together_never_book_more_than_the_pool_holds() {
             .map(|i| deployment(&format!("model-{i:03}"), 1))
             .collect();
         plane.apply(None, &all).await;
-        wait_for("the pool full", WAIT, async || {
+        wait_for("every deployment looked at", WAIT, async || {
+            let mds = plane
+                .list(
+                    None,
+                    ("modelplane.ai/v1alpha1", "ModelDeployment"),
+                    Some("ml-team"),
+                )
+                .await;
+            (mds.len() == deployments && mds.iter().all(|d| d["status"].is_object())).then_some(())
+        })
+        .await;
+        wait_for("the pools full", WAIT, async || {
             (plane.list(None, REPLICA, Some("ml-team")).await.len() == nodes).then_some(())
         })
         .await;
         // A few resyncs (every second) more, then: never more than fit.
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let ever = ever.lock().map(|e| e.clone()).unwrap_or_default();
-        assert_eq!(
-            ever.len(),
-            nodes,
-            "one replica per single-GPU node, the other deployments waiting for capacity: {ever:?}"
-        );
         assert_eq!(
             plane.list(None, REPLICA, Some("ml-team")).await.len(),
             nodes
@@ -296,6 +336,15 @@ async fn deployments_placed_together_never_book_more_than_the_pool_holds() {
     })
     .await;
     controller.stop().await;
+    let ever = ever.lock().map(|e| e.clone()).unwrap_or_default();
+    for (pool, holds) in pools {
+        let on = ever.values().filter(|p| p == pool).count();
+        assert!(
+            on <= *holds,
+            "{on} replicas ever on pool {pool} of {holds} nodes: {ever:?}"
+        );
+    }
+    ever.into_keys().collect()
 }
 
 /// The uids of what serves: the replicas and endpoints on the control

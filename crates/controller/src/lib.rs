@@ -327,21 +327,23 @@ pub async fn run(
         ensure_system_namespace(shared.control.client().clone()),
     );
     if let Some(election) = config.election.clone() {
-        shared.supervisor.spawn(
-            "leader election",
-            lease::campaign(
-                shared.control.client().clone(),
-                election,
-                shared.control.gate().clone(),
-                leading,
-            ),
+        let campaigning = lease::campaign(
+            shared.control.client().clone(),
+            election,
+            shared.control.gate().clone(),
+            leading,
         );
+        // Its end would leave every worker waiting to lead for ever.
+        shared
+            .supervisor
+            .spawn_critical("leader election", ended(campaigning, "leader election"));
     }
     if let Ok(mut index) = shared.index.write() {
         index.world.builtin_gateway = config.gateway_address.clone();
     }
     // What the controller cannot run without: a control-plane watch or a
-    // worker that ends (or panics) stops it with that error.
+    // worker (or the campaign above) that ends or panics stops it with
+    // that error.
     for kind in Kind::ALL {
         let watching = watch::run(
             shared.clone(),

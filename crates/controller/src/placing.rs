@@ -6,7 +6,7 @@
 //! two turns wait on each other).
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -37,14 +37,25 @@ impl Turns {
             // Counted as waiting before looking: a turn given back between
             // the look and the wait still wakes this one.
             freed.as_mut().enable();
-            if let Ok(mut held) = self.held.lock()
-                && held.is_disjoint(&pools)
-            {
-                held.extend(pools.iter().cloned());
+            // A panic elsewhere with the lock held leaves the set as it
+            // was: still the pools held.
+            if self.try_hold(&pools) {
                 return Turn { turns: self, pools };
             }
             freed.await;
         }
+    }
+}
+
+impl Turns {
+    /// Holds all of `pools` if no turn holds any of them.
+    fn try_hold(&self, pools: &BTreeSet<Pool>) -> bool {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let free = held.is_disjoint(pools);
+        if free {
+            held.extend(pools.iter().cloned());
+        }
+        free
     }
 }
 
@@ -62,11 +73,15 @@ impl Turn<'_> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        if let Ok(mut held) = self.turns.held.lock() {
-            for pool in &self.pools {
-                held.remove(pool);
-            }
+        let mut held = self
+            .turns
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for pool in &self.pools {
+            held.remove(pool);
         }
+        drop(held);
         self.turns.freed.notify_waiters();
     }
 }

@@ -188,25 +188,15 @@ impl Supervisor {
 }
 
 /// `task`'s result, or its panic as an error: a critical task that panics
-/// is a failure as much as one that returns. It runs as a task of its own,
-/// aborted when this future is dropped (its supervisor stopping it).
+/// is a failure as much as one that returns. Caught on the task itself, so
+/// the supervisor still owns and awaits it at shutdown.
 async fn unwinding<E: std::fmt::Display>(
     name: &'static str,
     task: impl Future<Output = Result<(), E>> + Send + 'static,
 ) -> Result<(), String> {
-    struct AbortOnDrop(tokio::task::JoinHandle<Result<(), String>>);
-    impl Drop for AbortOnDrop {
-        fn drop(&mut self) {
-            self.0.abort();
-        }
-    }
-    let mut running = AbortOnDrop(tokio::spawn(async move {
-        task.await.map_err(|e| e.to_string())
-    }));
-    match (&mut running.0).await {
-        Ok(ended) => ended,
-        Err(e) if e.is_panic() => {
-            let payload = e.into_panic();
+    match (CatchUnwind(Box::pin(task))).await {
+        Ok(ended) => ended.map_err(|e| e.to_string()),
+        Err(payload) => {
             let why = payload
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -214,7 +204,26 @@ async fn unwinding<E: std::fmt::Display>(
                 .unwrap_or_default();
             Err(format!("{name} panicked: {why}"))
         }
-        Err(_) => Err(format!("{name} was cancelled")),
+    }
+}
+
+/// A future whose panic is its output (`Err` with the payload): what
+/// `futures::FutureExt::catch_unwind` does, in the few lines it takes.
+struct CatchUnwind<F>(std::pin::Pin<Box<F>>);
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn std::any::Any + Send>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let inner = self.0.as_mut();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(output)) => std::task::Poll::Ready(Ok(output)),
+            Err(payload) => std::task::Poll::Ready(Err(payload)),
+        }
     }
 }
 
@@ -355,7 +364,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_critical_task_stopped_at_shutdown_stops_what_it_spawned_to_run() {
+    async fn shutdown_returns_once_critical_tasks_have_stopped() {
         let supervisor = Supervisor::default();
         let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
         supervisor.spawn_critical("forever", async move {
@@ -363,7 +372,13 @@ mod tests {
             std::future::pending::<Result<(), String>>().await
         });
         supervisor.shutdown().await;
-        assert!(rx.recv().await.is_none(), "the task ran no longer");
+        assert!(
+            matches!(
+                rx.try_recv(),
+                Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)
+            ),
+            "stopped before shutdown returned"
+        );
     }
 
     #[tokio::test]

@@ -493,7 +493,8 @@ impl Store {
 
     /// Changes after `after` under `prefix`, in revision order.
     pub fn events_since(&self, prefix: &str, after: Revision) -> Result<Vec<Event>, Error> {
-        let end = prefix_end(prefix);
+        // Past every key (they are UTF-8) when the prefix has no end.
+        let end = prefix_end(prefix).unwrap_or_else(|| char::MAX.to_string());
         self.read(|c| {
             let tx = c.unchecked_transaction()?;
             let compacted = meta(&tx, "compacted")?;
@@ -503,11 +504,7 @@ impl Store {
                     compacted,
                 }));
             }
-            let mut stmt = tx.prepare_cached(
-                "SELECT rev, key, kind, value FROM log
-                 WHERE rev > ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3)
-                 ORDER BY rev",
-            )?;
+            let mut stmt = tx.prepare_cached(schema::EVENTS_SINCE)?;
             let events = stmt
                 .query_map(params![after, prefix, end], |r| {
                     Ok(Event {

@@ -39,6 +39,11 @@ CREATE TABLE IF NOT EXISTS log (
     kind INTEGER NOT NULL,
     value BLOB NOT NULL
 );
+-- A watch resuming in one cluster reads that cluster's changes since its
+-- revision, not every cluster's: without it, each resume scanned the whole
+-- log after its revision (a thousand logical clusters' watches restarting
+-- together held every reader for minutes).
+CREATE INDEX IF NOT EXISTS log_by_key ON log (key, rev);
 CREATE TABLE IF NOT EXISTS meta (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
@@ -88,4 +93,35 @@ pub(super) fn meta(conn: &Connection, name: &str) -> rusqlite::Result<Revision> 
     // Cached: the writer reads the revision on every batch.
     conn.prepare_cached("SELECT value FROM meta WHERE name = ?1")?
         .query_row([name], |r| r.get(0))
+}
+
+/// The changes in a key range (`[?2, ?3)`) after a revision (`?1`), in
+/// order: through `log_by_key`, so only that range's entries are read.
+pub(super) const EVENTS_SINCE: &str = "SELECT rev, key, kind, value FROM log INDEXED BY log_by_key
+     WHERE key >= ?2 AND key < ?3 AND rev > ?1
+     ORDER BY rev";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resuming_watch_reads_its_own_range_of_the_log_not_all_of_it() {
+        let conn = Connection::open_in_memory().expect("sqlite");
+        create_or_migrate(&conn).expect("schema");
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {EVENTS_SINCE}"))
+            .expect("plan")
+            .query_map(rusqlite::params![0, "~c1/", "~c10"], |r| {
+                r.get::<_, String>(3)
+            })
+            .expect("rows")
+            .collect::<rusqlite::Result<_>>()
+            .expect("plan rows");
+        let plan = plan.join("; ");
+        assert!(
+            plan.contains("USING INDEX log_by_key (key>? AND key<?)"),
+            "the log searched by key range: {plan}"
+        );
+    }
 }
