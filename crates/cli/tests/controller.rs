@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::condition;
+
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -18,14 +20,6 @@ use serde_json::Value;
 // Generous: CI runs these beside every other suite on two cores, where a
 // leader's first replica once took over 60 s to appear (c0c3ddb's run).
 const WAIT: Duration = Duration::from_secs(180);
-
-fn condition(object: &Value, type_: &str) -> Option<String> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .and_then(|c| c["status"].as_str().map(str::to_string))
-}
 
 fn fleet(server: &Server) {
     fleet_through(server, None);

@@ -7,6 +7,8 @@
 
 mod common;
 
+use common::condition;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -35,14 +37,6 @@ async fn wait_for<T>(what: &str, within: Duration, mut probe: impl AsyncFnMut() 
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-fn condition(object: &Value, type_: &str) -> Option<String> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .and_then(|c| c["status"].as_str().map(str::to_string))
 }
 
 fn name(object: &Value) -> String {
@@ -118,6 +112,23 @@ async fn with_platform(plane: &Plane, steps: impl Future<Output = ()>) {
         let _ = stop.send(true);
     };
     tokio::join!(platform, steps);
+}
+
+/// Reports each of `workloads` (Deployments on `edge`) Available, as the
+/// Deployment controller does once its pods are ready.
+async fn available(plane: &Plane, workloads: &[Value]) {
+    for workload in workloads {
+        let status = json!({ "conditions": [{ "type": "Available", "status": "True" }] });
+        plane
+            .set_status(
+                Some("edge"),
+                DEPLOYMENT,
+                Some("ml-team"),
+                &name(workload),
+                status,
+            )
+            .await;
+    }
 }
 
 async fn cluster_ready(plane: &Plane) {
@@ -199,17 +210,7 @@ async fn a_deployment_on_an_existing_cluster_becomes_ready_with_an_endpoint_per_
 
         // Available, as the readiness rule says: every replica Ready, and an
         // endpoint per replica routed through the cluster's gateway.
-        for workload in &workloads {
-            plane
-                .set_status(
-                    Some("edge"),
-                    DEPLOYMENT,
-                    Some("ml-team"),
-                    &name(workload),
-                    json!({ "conditions": [{ "type": "Available", "status": "True" }] }),
-                )
-                .await;
-        }
+        available(&plane, &workloads).await;
         wait_for("every replica Ready", WAIT, async || {
             let found = plane.list(None, REPLICA, Some("ml-team")).await;
             found
@@ -387,18 +388,7 @@ async fn an_unreachable_cluster_deletes_nothing_and_the_fleet_converges_when_it_
             (found.len() == 4).then_some(found)
         })
         .await;
-        for workload in &workloads {
-            let available = json!({ "conditions": [{ "type": "Available", "status": "True" }] });
-            plane
-                .set_status(
-                    Some("edge"),
-                    DEPLOYMENT,
-                    Some("ml-team"),
-                    &name(workload),
-                    available,
-                )
-                .await;
-        }
+        available(&plane, &workloads).await;
         wait_for(
             "both replicas Ready, with their endpoints",
             WAIT,

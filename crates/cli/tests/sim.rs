@@ -6,6 +6,8 @@
 
 mod common;
 
+use common::condition;
+
 use std::io::{Read, Write as _};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -55,14 +57,6 @@ fn get_json(server: &Server, cluster: Option<&str>, args: &[&str]) -> Option<Val
     all.extend_from_slice(&["-o", "json"]);
     let (ok, out, _) = server.kubectl_in(cluster, &all, None);
     ok.then(|| serde_json::from_str(&out).ok()).flatten()
-}
-
-fn condition(object: &Value, type_: &str) -> Option<String> {
-    object["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .and_then(|c| c["status"].as_str().map(str::to_string))
 }
 
 /// Every object as one multi-document stream, as `kubectl apply -f -` reads it.

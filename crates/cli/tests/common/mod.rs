@@ -12,6 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The status (`"True"`, `"False"`…) of `object`'s condition `type_`.
+pub fn condition(object: &serde_json::Value, type_: &str) -> Option<String> {
+    object["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["status"].as_str().map(str::to_string))
+}
+
 /// kubectl 1.33 from the Google Cloud SDK, else the one on the PATH.
 pub fn kubectl() -> PathBuf {
     let sdk = PathBuf::from("/usr/lib/google-cloud-sdk/bin/kubectl.1.33");
