@@ -9,12 +9,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DeleteParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use kube::{Client, Error as KubeError};
 use modelplane_api::labels::FIELD_MANAGER;
 use modelplane_compose::world::ObjectRef;
+use modelplane_watch::Object;
 use serde_json::Value;
 
 use crate::lease::WriteGate;
@@ -321,13 +322,14 @@ impl Connection {
         }
     }
 
-    async fn api(&self, object: &ObjectRef) -> Result<Api<DynamicObject>, TargetError> {
+    /// Its objects of `object`'s kind, each answer read as the watches
+    /// read theirs (without `managedFields`): the index keeps what an
+    /// apply answers until the watch brings the change, and the entries
+    /// would be most of it.
+    async fn api(&self, object: &ObjectRef) -> Result<Api<Object>, TargetError> {
         let (resource, namespaced) = self.resolve(&object.api_version, &object.kind).await?;
-        Ok(if namespaced {
-            Api::namespaced_with(self.client.clone(), &object.namespace, &resource)
-        } else {
-            Api::all_with(self.client.clone(), &resource)
-        })
+        let namespace = namespaced.then_some(object.namespace.as_str());
+        Ok(modelplane_watch::api(self.client.clone(), &resource, namespace))
     }
 
     fn failed(&self, action: &'static str, object: &ObjectRef, source: KubeError) -> TargetError {
@@ -355,7 +357,7 @@ impl Connection {
         let params = PatchParams::apply(manager).force();
         api.patch(&reference.name, &params, &Patch::Apply(object))
             .await
-            .map(|stored| serde_json::to_value(stored).unwrap_or(Value::Null))
+            .map(|stored| modelplane_watch::compact(stored.value))
             .map_err(|e| self.failed("applying", &reference, e))
     }
 
@@ -409,7 +411,7 @@ impl Connection {
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch_status(&object.name, &params, &Patch::Apply(&patch))
             .await
-            .map(|stored| serde_json::to_value(stored).unwrap_or(Value::Null))
+            .map(|stored| modelplane_watch::compact(stored.value))
             .map_err(|e| self.failed("writing the status of", object, e))
     }
 }
