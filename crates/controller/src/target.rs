@@ -329,7 +329,11 @@ impl Connection {
     async fn api(&self, object: &ObjectRef) -> Result<Api<Object>, TargetError> {
         let (resource, namespaced) = self.resolve(&object.api_version, &object.kind).await?;
         let namespace = namespaced.then_some(object.namespace.as_str());
-        Ok(modelplane_watch::api(self.client.clone(), &resource, namespace))
+        Ok(modelplane_watch::api(
+            self.client.clone(),
+            &resource,
+            namespace,
+        ))
     }
 
     fn failed(&self, action: &'static str, object: &ObjectRef, source: KubeError) -> TargetError {

@@ -8,6 +8,8 @@ use kube::core::{GroupVersionKind, Request, request};
 use kube::{Client, Config, Resource};
 use serde_json::Value;
 
+use crate::error::Error;
+
 /// A kind the simulator reads or writes.
 #[derive(Clone, Debug)]
 pub struct Kind {
@@ -253,27 +255,27 @@ pub fn server(kubeconfig: &Kubeconfig) -> Option<String> {
 
 /// `root`'s current context moved to the logical cluster `name`
 /// (`<root server>/clusters/<name>`) and named after it, as YAML.
-pub fn logical_kubeconfig(root: &Kubeconfig, name: &str) -> Result<String, String> {
+pub fn logical_kubeconfig(root: &Kubeconfig, name: &str) -> Result<String, Error> {
     let current = root
         .current_context
         .as_deref()
-        .ok_or("the kubeconfig has no current context")?;
+        .ok_or_else(|| Error::Kubeconfig("has no current context".into()))?;
     let mut context = root
         .contexts
         .iter()
         .find(|c| c.name == current)
         .cloned()
-        .ok_or_else(|| format!("the kubeconfig has no context {current}"))?;
+        .ok_or_else(|| Error::Kubeconfig(format!("has no context {current}")))?;
     let inner = context
         .context
         .as_mut()
-        .ok_or("the current context is empty")?;
+        .ok_or_else(|| Error::Kubeconfig("has an empty current context".into()))?;
     let mut cluster = root
         .clusters
         .iter()
         .find(|c| c.name == inner.cluster)
         .cloned()
-        .ok_or_else(|| format!("the kubeconfig has no cluster {}", inner.cluster))?;
+        .ok_or_else(|| Error::Kubeconfig(format!("has no cluster {}", inner.cluster)))?;
     let auth = root
         .auth_infos
         .iter()
@@ -297,5 +299,5 @@ pub fn logical_kubeconfig(root: &Kubeconfig, name: &str) -> Result<String, Strin
         current_context: Some(name.to_string()),
         ..Kubeconfig::default()
     };
-    serde_saphyr::to_string(&out).map_err(|e| e.to_string())
+    serde_saphyr::to_string(&out).map_err(|e| Error::Kubeconfig(format!("cannot be written: {e}")))
 }

@@ -18,47 +18,54 @@ use tokio::sync::mpsc;
 
 use crate::client::Kind;
 
-/// An object: its kind's index (in the caller's list), namespace, name.
-pub type Key = (usize, String, String);
+/// What names a watched kind to its snapshot: the caller's own enum of the
+/// kinds it watches.
+pub trait Watched: Copy + Ord + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static {}
+
+impl<K: Copy + Ord + std::hash::Hash + std::fmt::Debug + Send + Sync + 'static> Watched for K {}
+
+/// An object: its kind, namespace, name.
+pub type Key<K> = (K, String, String);
 
 /// One watch event.
 #[derive(Debug)]
-pub enum Change {
+pub enum Change<K> {
     /// Created or changed.
-    Apply(usize, Value),
+    Apply(K, Value),
     /// Deleted.
-    Delete(usize, Value),
+    Delete(K, Value),
     /// A relist begins.
-    Relisting(usize),
+    Relisting(K),
     /// A relist ended: what it did not list is gone.
-    Relisted(usize),
+    Relisted(K),
 }
 
-/// Watches `kind` (index `index`) and sends every change until `tx` closes,
-/// each object as `trim` leaves it (what the loop reads of it), through
-/// the one watch driver the controller and the gateway use too.
-pub async fn watch(
+/// Watches `kind` (the caller's `watched`) and sends every change until
+/// `tx` closes, each object as `trim` leaves it (what the loop reads of
+/// it), through the one watch driver the controller and the gateway use
+/// too.
+pub async fn watch<K: Watched>(
     client: Client,
     kind: Kind,
-    index: usize,
-    trim: fn(usize, &mut Value),
-    tx: mpsc::UnboundedSender<Change>,
+    watched: K,
+    trim: fn(K, &mut Value),
+    tx: mpsc::UnboundedSender<Change<K>>,
 ) {
     let api = modelplane_watch::api(client, &kind.resource, None);
     let shape = move |mut value: Value| {
-        trim(index, &mut value);
+        trim(watched, &mut value);
         // Kept as long as the object lives.
         modelplane_watch::compact(value)
     };
     let mut changes = modelplane_watch::changes(api, watcher::Config::default(), shape).boxed();
     while let Some(change) = changes.next().await {
         let changes = match change {
-            Ok(modelplane_watch::Change::Applied(o)) => vec![Change::Apply(index, o)],
-            Ok(modelplane_watch::Change::Deleted(o)) => vec![Change::Delete(index, o)],
+            Ok(modelplane_watch::Change::Applied(o)) => vec![Change::Apply(watched, o)],
+            Ok(modelplane_watch::Change::Deleted(o)) => vec![Change::Delete(watched, o)],
             Ok(modelplane_watch::Change::Listed(objects)) => {
-                std::iter::once(Change::Relisting(index))
-                    .chain(objects.into_iter().map(|o| Change::Apply(index, o)))
-                    .chain(std::iter::once(Change::Relisted(index)))
+                std::iter::once(Change::Relisting(watched))
+                    .chain(objects.into_iter().map(|o| Change::Apply(watched, o)))
+                    .chain(std::iter::once(Change::Relisted(watched)))
                     .collect()
             }
             Err(e) => {
@@ -76,12 +83,12 @@ pub async fn watch(
 }
 
 /// Keeps the whole object.
-pub fn keep_all(_: usize, _: &mut Value) {}
+pub fn keep_all<K>(_: K, _: &mut Value) {}
 
-/// The key of `object` of kind `index`.
-pub fn key_of(index: usize, object: &Value) -> Key {
+/// The key of `object` of `kind`.
+pub fn key_of<K>(kind: K, object: &Value) -> Key<K> {
     (
-        index,
+        kind,
         object["metadata"]["namespace"]
             .as_str()
             .unwrap_or_default()
@@ -94,51 +101,60 @@ pub fn key_of(index: usize, object: &Value) -> Key {
 }
 
 /// What the watches have shown.
-#[derive(Debug, Default)]
-pub struct Snapshot {
+#[derive(Debug)]
+pub struct Snapshot<K> {
     /// Shared with what is planned from them, which most often is nothing:
     /// an object is not copied to be looked at.
-    objects: BTreeMap<Key, Arc<Value>>,
-    relisting: HashMap<usize, BTreeSet<Key>>,
+    objects: BTreeMap<Key<K>, Arc<Value>>,
+    relisting: HashMap<K, BTreeSet<Key<K>>>,
+}
+
+impl<K> Default for Snapshot<K> {
+    fn default() -> Self {
+        Snapshot {
+            objects: BTreeMap::new(),
+            relisting: HashMap::new(),
+        }
+    }
 }
 
 /// What a change did to the snapshot.
 #[derive(Debug)]
-pub enum Touched {
+pub enum Touched<K> {
     /// `key` is now `object`.
-    Applied(Key, Arc<Value>),
+    Applied(Key<K>, Arc<Value>),
     /// `key` was `object` and is gone.
-    Deleted(Key, Arc<Value>),
+    Deleted(Key<K>, Arc<Value>),
 }
 
-impl Snapshot {
+impl<K: Watched> Snapshot<K> {
     /// Applies `change`, returning what it touched.
-    pub fn change(&mut self, change: Change) -> Vec<Touched> {
+    pub fn change(&mut self, change: Change<K>) -> Vec<Touched<K>> {
         match change {
-            Change::Apply(index, object) => {
-                let key = key_of(index, &object);
-                if let Some(seen) = self.relisting.get_mut(&index) {
+            Change::Apply(kind, object) => {
+                let key = key_of(kind, &object);
+                if let Some(seen) = self.relisting.get_mut(&kind) {
                     seen.insert(key.clone());
                 }
                 let object = Arc::new(object);
                 self.objects.insert(key.clone(), object.clone());
                 vec![Touched::Applied(key, object)]
             }
-            Change::Delete(index, object) => {
-                let key = key_of(index, &object);
+            Change::Delete(kind, object) => {
+                let key = key_of(kind, &object);
                 self.objects.remove(&key);
                 vec![Touched::Deleted(key, Arc::new(object))]
             }
-            Change::Relisting(index) => {
-                self.relisting.insert(index, BTreeSet::new());
+            Change::Relisting(kind) => {
+                self.relisting.insert(kind, BTreeSet::new());
                 Vec::new()
             }
-            Change::Relisted(index) => {
-                let seen = self.relisting.remove(&index).unwrap_or_default();
-                let stale: Vec<Key> = self
+            Change::Relisted(kind) => {
+                let seen = self.relisting.remove(&kind).unwrap_or_default();
+                let stale: Vec<Key<K>> = self
                     .objects
                     .keys()
-                    .filter(|k| k.0 == index && !seen.contains(*k))
+                    .filter(|k| k.0 == kind && !seen.contains(*k))
                     .cloned()
                     .collect();
                 stale
@@ -152,39 +168,39 @@ impl Snapshot {
         }
     }
 
-    /// The object `name` of kind `index` in `namespace` ("" when cluster-scoped).
-    pub fn get(&self, index: usize, namespace: &str, name: &str) -> Option<&Value> {
+    /// The object `name` of `kind` in `namespace` ("" when cluster-scoped).
+    pub fn get(&self, kind: K, namespace: &str, name: &str) -> Option<&Value> {
         self.objects
-            .get(&(index, namespace.to_string(), name.to_string()))
+            .get(&(kind, namespace.to_string(), name.to_string()))
             .map(|o| &**o)
     }
 
     /// The object at `key`.
-    pub fn at(&self, key: &Key) -> Option<&Value> {
+    pub fn at(&self, key: &Key<K>) -> Option<&Value> {
         self.objects.get(key).map(|o| &**o)
     }
 
     /// The object at `key`, shared.
-    pub fn shared(&self, key: &Key) -> Option<Arc<Value>> {
+    pub fn shared(&self, key: &Key<K>) -> Option<Arc<Value>> {
         self.objects.get(key).cloned()
     }
 
-    /// Every object of kind `index`.
-    pub fn of(&self, index: usize) -> impl Iterator<Item = (&Key, &Value)> {
-        let start = (index, String::new(), String::new());
+    /// Every object of `kind`.
+    pub fn of(&self, kind: K) -> impl Iterator<Item = (&Key<K>, &Value)> {
+        let start = (kind, String::new(), String::new());
         self.objects
             .range(start..)
-            .take_while(move |(k, _)| k.0 == index)
+            .take_while(move |(k, _)| k.0 == kind)
             .map(|(k, o)| (k, &**o))
     }
 
     /// Every key.
-    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+    pub fn keys(&self) -> impl Iterator<Item = &Key<K>> {
         self.objects.keys()
     }
 
     /// Every object.
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Value)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Key<K>, &Value)> {
         self.objects.iter().map(|(k, o)| (k, &**o))
     }
 }
@@ -200,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_relist_forgets_what_it_did_not_list() {
-        let mut s = Snapshot::default();
+        let mut s = Snapshot::<u8>::default();
         s.change(Change::Apply(0, object("a")));
         s.change(Change::Apply(0, object("b")));
         s.change(Change::Apply(1, object("c")));

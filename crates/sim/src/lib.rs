@@ -16,6 +16,7 @@ pub mod clock;
 pub mod cloud;
 pub mod cluster;
 pub mod crossplane;
+pub mod error;
 pub mod faults;
 pub mod fleet;
 pub mod helm;

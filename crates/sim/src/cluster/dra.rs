@@ -11,7 +11,7 @@ use modelplane_api::types::Device;
 use modelplane_cel::dra::{DeviceActivation, DeviceSelector, context};
 use serde_json::{Value, json};
 
-use super::world::{World, Write, kinds, name, short_hash};
+use super::world::{ClusterKind, World, Write, name, short_hash};
 
 /// The devices of one node pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -66,9 +66,9 @@ pub fn driver_step(
 ) -> Vec<Write> {
     let mut out = Vec::new();
     for (class, expression) in driver.classes {
-        if world.get(kinds::DEVICE_CLASS, "", class).is_none() {
+        if world.get(ClusterKind::DeviceClass, "", class).is_none() {
             out.push(Write::Apply {
-                kind: kinds::DEVICE_CLASS,
+                kind: ClusterKind::DeviceClass,
                 object: json!({
                     "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                     "metadata": { "name": class },
@@ -78,7 +78,7 @@ pub fn driver_step(
             });
         }
     }
-    for node in world.all(kinds::NODE) {
+    for node in world.all(ClusterKind::Node) {
         let pool = node["metadata"]["labels"][modelplane_api::labels::POOL]
             .as_str()
             .unwrap_or_default();
@@ -88,10 +88,10 @@ pub fn driver_step(
         let Some(slice) = slice(node, driver, hw) else {
             continue;
         };
-        let current = world.get(kinds::SLICE, "", name(&slice));
+        let current = world.get(ClusterKind::Slice, "", name(&slice));
         if current.is_none_or(|c| c["spec"] != slice["spec"]) {
             out.push(Write::Apply {
-                kind: kinds::SLICE,
+                kind: ClusterKind::Slice,
                 object: slice,
                 manager: driver.name,
             });
@@ -171,7 +171,7 @@ impl Inventory {
     /// allocated to a claim.
     pub fn new(world: &World<'_>) -> Inventory {
         let mut by_node: BTreeMap<String, Vec<Published>> = BTreeMap::new();
-        for slice in world.all(kinds::SLICE) {
+        for slice in world.all(ClusterKind::Slice) {
             let spec = &slice["spec"];
             let node = spec["nodeName"].as_str().unwrap_or_default().to_string();
             let driver = spec["driver"].as_str().unwrap_or_default().to_string();
@@ -194,7 +194,7 @@ impl Inventory {
             }
         }
         let mut taken = BTreeSet::new();
-        for claim in world.all(kinds::CLAIM) {
+        for claim in world.all(ClusterKind::Claim) {
             for r in claim["status"]["allocation"]["devices"]["results"]
                 .as_array()
                 .into_iter()
@@ -208,7 +208,7 @@ impl Inventory {
             }
         }
         let classes = world
-            .all(kinds::DEVICE_CLASS)
+            .all(ClusterKind::DeviceClass)
             .map(|c| {
                 let selectors = c["spec"]["selectors"]
                     .as_array()
@@ -380,7 +380,8 @@ pub fn allocation(allocated: &[Allocated], node: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::informer::{Change, Snapshot};
+    use crate::cluster::world::Snapshot;
+    use crate::informer::Change;
 
     fn h200() -> Hardware {
         Hardware {
@@ -393,7 +394,7 @@ mod tests {
         }
     }
 
-    fn snapshot(objects: Vec<(usize, Value)>) -> Snapshot {
+    fn snapshot(objects: Vec<(ClusterKind, Value)>) -> Snapshot {
         let mut s = Snapshot::default();
         for (k, o) in objects {
             s.change(Change::Apply(k, o));
@@ -404,7 +405,7 @@ mod tests {
     fn published() -> Snapshot {
         let node = json!({ "metadata": { "name": "h200-node-0", "labels": { "modelplane.ai/pool": "h200" } } });
         let hardware = BTreeMap::from([("h200".to_string(), h200())]);
-        let s = snapshot(vec![(kinds::NODE, node.clone())]);
+        let s = snapshot(vec![(ClusterKind::Node, node.clone())]);
         let world = World {
             snapshot: &s,
             timestamp: "t",
@@ -412,7 +413,7 @@ mod tests {
         let writes = [NVIDIA, DRANET]
             .into_iter()
             .flat_map(|driver| driver_step(&world, driver, &hardware));
-        let mut objects = vec![(kinds::NODE, node)];
+        let mut objects = vec![(ClusterKind::Node, node)];
         for w in writes {
             if let Write::Apply { kind, object, .. } = w {
                 objects.push((kind, object));
@@ -430,11 +431,11 @@ mod tests {
         };
         assert!(
             world
-                .get(kinds::DEVICE_CLASS, "", "gpu.nvidia.com")
+                .get(ClusterKind::DeviceClass, "", "gpu.nvidia.com")
                 .is_some()
         );
         let slice = world
-            .all(kinds::SLICE)
+            .all(ClusterKind::Slice)
             .find(|s| s["spec"]["driver"] == "gpu.nvidia.com")
             .expect("a slice");
         assert_eq!(slice["spec"]["nodeName"], "h200-node-0");
@@ -449,11 +450,11 @@ mod tests {
         // DRANET publishes the node's EFA interfaces, in their own class.
         assert!(
             world
-                .get(kinds::DEVICE_CLASS, "", "efa.networking.k8s.aws")
+                .get(ClusterKind::DeviceClass, "", "efa.networking.k8s.aws")
                 .is_some()
         );
         let efa = world
-            .all(kinds::SLICE)
+            .all(ClusterKind::Slice)
             .find(|s| s["spec"]["driver"] == "dra.net")
             .expect("an EFA slice");
         assert_eq!(efa["spec"]["devices"].as_array().map(Vec::len), Some(16));

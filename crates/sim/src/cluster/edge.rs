@@ -10,7 +10,7 @@ use modelplane_api::types::{ModelEndpoint, ModelService};
 use modelplane_gateway::config::Objects;
 use serde_json::{Value, json};
 
-use super::world::{World, deleting, kinds, name, namespace, pod_ready};
+use super::world::{ClusterKind, World, deleting, name, namespace, pod_ready};
 
 /// The label tying an edge endpoint to its route's service.
 const ROUTE_LABEL: &str = "sim.modelplane.ai/route";
@@ -24,7 +24,7 @@ fn selects(selector: &Value, pod: &Value) -> bool {
 /// The routing objects of every HTTPRoute rule with an InferencePool backend.
 pub fn objects(world: &World<'_>) -> Objects {
     let mut out = Objects::default();
-    for route in world.all(kinds::HTTPROUTE) {
+    for route in world.all(ClusterKind::HttpRoute) {
         let ns = namespace(route);
         for rule in route["spec"]["rules"].as_array().into_iter().flatten() {
             let Some(prefix) = rule["matches"][0]["path"]["value"].as_str() else {
@@ -53,7 +53,7 @@ pub fn objects(world: &World<'_>) -> Objects {
                     continue;
                 }
                 let Some(pool) = world.get(
-                    kinds::INFERENCE_POOL,
+                    ClusterKind::InferencePool,
                     ns,
                     backend["name"].as_str().unwrap_or_default(),
                 ) else {
@@ -62,7 +62,7 @@ pub fn objects(world: &World<'_>) -> Objects {
                 let port = pool["spec"]["targetPorts"][0]["number"]
                     .as_u64()
                     .unwrap_or(8000);
-                for pod in world.all(kinds::POD).filter(|p| {
+                for pod in world.all(ClusterKind::Pod).filter(|p| {
                     namespace(p) == ns
                         && pod_ready(p)
                         && !deleting(p)
@@ -113,19 +113,20 @@ pub fn fingerprint(objects: &Objects) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::informer::{Change, Snapshot};
+    use crate::cluster::world::Snapshot;
+    use crate::informer::Change;
 
     #[test]
     fn a_route_to_an_inference_pool_reaches_its_ready_pods() {
         let mut s = Snapshot::default();
-        s.change(Change::Apply(kinds::HTTPROUTE, json!({ "metadata": { "name": "r", "namespace": "ml" }, "spec": { "rules": [{
+        s.change(Change::Apply(ClusterKind::HttpRoute, json!({ "metadata": { "name": "r", "namespace": "ml" }, "spec": { "rules": [{
             "matches": [{ "path": { "type": "PathPrefix", "value": "/ml/r/" } }],
             "filters": [{ "type": "URLRewrite", "urlRewrite": { "path": { "type": "ReplacePrefixMatch", "replacePrefixMatch": "/" } } }],
             "backendRefs": [{ "group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "pool" }] }] } })));
-        s.change(Change::Apply(kinds::INFERENCE_POOL, json!({ "metadata": { "name": "pool", "namespace": "ml" },
+        s.change(Change::Apply(ClusterKind::InferencePool, json!({ "metadata": { "name": "pool", "namespace": "ml" },
             "spec": { "selector": { "matchLabels": { "serving": "r" } }, "targetPorts": [{ "number": 8000 }] } })));
         for (pod, ready) in [("a", true), ("b", false)] {
-            s.change(Change::Apply(kinds::POD, json!({ "metadata": { "name": pod, "namespace": "ml", "labels": { "serving": "r" } },
+            s.change(Change::Apply(ClusterKind::Pod, json!({ "metadata": { "name": pod, "namespace": "ml", "labels": { "serving": "r" } },
                 "status": { "podIP": "127.1.0.9", "conditions": [{ "type": "Ready", "status": if ready { "True" } else { "False" } }] } })));
         }
         let objects = objects(&World {

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use super::kcm::{delete_pod, push_status};
 use super::world::{
-    World, Write, deleting, kinds, name, namespace, owner_reference, pod_ready, short_hash, uid,
+    ClusterKind, World, Write, deleting, name, namespace, owner_reference, pod_ready, short_hash,
+    uid,
 };
 
 const MANAGER: &str = "grove-operator";
@@ -22,7 +23,7 @@ const GATE: &str = "grove.io/podgang-pending-creation";
 /// Everything Grove writes this pass.
 pub fn step(world: &World<'_>) -> Vec<Write> {
     let mut out = Vec::new();
-    for pcs in world.all(kinds::PCS) {
+    for pcs in world.all(ClusterKind::Pcs) {
         if !deleting(pcs) {
             reconcile(world, pcs, &mut out);
         }
@@ -195,9 +196,9 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
     let mut wanted_pods = Vec::new();
     for r in 0..replicas {
         let service = format!("{}-{r}", name(pcs));
-        if world.get(kinds::SERVICE, ns, &service).is_none() {
+        if world.get(ClusterKind::Service, ns, &service).is_none() {
             out.push(Write::Apply {
-                kind: kinds::SERVICE,
+                kind: ClusterKind::Service,
                 object: json!({ "apiVersion": "v1", "kind": "Service",
                     "metadata": { "name": service, "namespace": ns, "ownerReferences": [owner_reference(pcs)] },
                     "spec": { "clusterIP": "None", "publishNotReadyAddresses": true,
@@ -210,7 +211,7 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
             std::collections::BTreeMap::new();
         let mut replica_available = true;
         for clique in &cliques {
-            let gang_exists = world.get(kinds::PODGANG, ns, &clique.gang).is_some();
+            let gang_exists = world.get(ClusterKind::PodGang, ns, &clique.gang).is_some();
             let mut refs = Vec::new();
             let mut ready = 0;
             for j in 0..clique.replicas {
@@ -220,7 +221,7 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
                 wanted_pods.push(pod_name.clone());
                 match pods.iter().find(|p| name(p) == pod_name) {
                     None => out.push(Write::Apply {
-                        kind: kinds::POD,
+                        kind: ClusterKind::Pod,
                         object: desired,
                         manager: MANAGER,
                     }),
@@ -234,7 +235,7 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
                             // is applied again (a partial apply would drop
                             // every field Grove set and left out).
                             out.push(Write::Apply {
-                                kind: kinds::POD,
+                                kind: ClusterKind::Pod,
                                 object: desired,
                                 manager: MANAGER,
                             });
@@ -246,9 +247,9 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
             gangs.entry(clique.gang.clone()).or_default().push(json!({
                 "name": clique.name, "podReferences": refs, "minReplicas": clique.min_available,
             }));
-            if world.get(kinds::PCLQ, ns, &clique.name).is_none() {
+            if world.get(ClusterKind::Pclq, ns, &clique.name).is_none() {
                 out.push(Write::Apply {
-                    kind: kinds::PCLQ,
+                    kind: ClusterKind::Pclq,
                     object: json!({ "apiVersion": "grove.io/v1alpha1", "kind": "PodClique",
                         "metadata": { "name": clique.name, "namespace": ns, "ownerReferences": [owner_reference(pcs)] },
                         "spec": clique.template["spec"] }),
@@ -260,11 +261,11 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
         for (gang, podgroups) in gangs {
             let spec = json!({ "podgroups": podgroups, "priorityClassName": pcs["spec"]["template"]["priorityClassName"] });
             if world
-                .get(kinds::PODGANG, ns, &gang)
+                .get(ClusterKind::PodGang, ns, &gang)
                 .is_none_or(|g| g["spec"] != spec)
             {
                 out.push(Write::Apply {
-                    kind: kinds::PODGANG,
+                    kind: ClusterKind::PodGang,
                     object: json!({ "apiVersion": "scheduler.grove.io/v1alpha1", "kind": "PodGang",
                         "metadata": { "name": gang, "namespace": ns, "ownerReferences": [owner_reference(pcs)] },
                         "spec": spec }),
@@ -280,7 +281,7 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
     }
     let status = json!({ "replicas": replicas, "availableReplicas": available, "updatedReplicas": replicas, "observedGeneration": pcs["metadata"]["generation"] });
     push_status(
-        kinds::PCS,
+        ClusterKind::Pcs,
         pcs,
         status,
         &["replicas", "availableReplicas"],
@@ -292,7 +293,8 @@ fn reconcile(world: &World<'_>, pcs: &Value, out: &mut Vec<Write>) {
 mod tests {
     use super::*;
     use crate::cluster::expand::environment;
-    use crate::informer::{Change, Snapshot};
+    use crate::cluster::world::Snapshot;
+    use crate::informer::Change;
 
     fn pcs() -> Value {
         json!({ "apiVersion": "grove.io/v1alpha1", "kind": "PodCliqueSet",
@@ -325,13 +327,13 @@ mod tests {
     #[test]
     fn a_scaling_group_becomes_cliques_and_pods_named_and_labelled_as_grove_does() {
         let mut s = Snapshot::default();
-        s.change(Change::Apply(kinds::PCS, pcs()));
+        s.change(Change::Apply(ClusterKind::Pcs, pcs()));
         let writes = run(&mut s);
         let pods: Vec<&Value> = writes
             .iter()
             .filter_map(|w| match w {
                 Write::Apply {
-                    kind: kinds::POD,
+                    kind: ClusterKind::Pod,
                     object,
                     ..
                 } => Some(object),
@@ -390,7 +392,7 @@ mod tests {
             .iter()
             .find_map(|w| match w {
                 Write::Apply {
-                    kind: kinds::PODGANG,
+                    kind: ClusterKind::PodGang,
                     object,
                     ..
                 } => Some(object),
@@ -404,7 +406,7 @@ mod tests {
             .iter()
             .filter_map(|w| match w {
                 Write::Apply {
-                    kind: kinds::POD,
+                    kind: ClusterKind::Pod,
                     object,
                     ..
                 } => Some(object),

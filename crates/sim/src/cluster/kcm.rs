@@ -7,8 +7,8 @@
 use serde_json::{Value, json};
 
 use super::world::{
-    World, Write, condition, condition_value, conditions_differ, deleting, kinds, name, namespace,
-    owner_reference, pod_done, pod_ready, short_hash, uid,
+    ClusterKind, World, Write, condition, condition_value, conditions_differ, deleting, name,
+    namespace, owner_reference, pod_done, pod_ready, short_hash, uid,
 };
 
 const MANAGER: &str = "kube-controller-manager";
@@ -16,16 +16,16 @@ const MANAGER: &str = "kube-controller-manager";
 /// Everything the controller manager writes this pass.
 pub fn step(world: &World<'_>) -> Vec<Write> {
     let mut out = Vec::new();
-    for deployment in world.all(kinds::DEPLOYMENT) {
+    for deployment in world.all(ClusterKind::Deployment) {
         deployment_step(world, deployment, &mut out);
     }
-    for job in world.all(kinds::JOB) {
+    for job in world.all(ClusterKind::Job) {
         job_step(world, job, &mut out);
     }
-    for pvc in world.all(kinds::PVC) {
+    for pvc in world.all(ClusterKind::Pvc) {
         pvc_step(world, pvc, &mut out);
     }
-    for pod in world.all(kinds::POD) {
+    for pod in world.all(ClusterKind::Pod) {
         claims_step(world, pod, &mut out);
         eviction_step(world, pod, &mut out);
     }
@@ -97,7 +97,7 @@ fn deployment_step(world: &World<'_>, deployment: &Value, out: &mut Vec<Write>) 
             json!({ "pod-template-hash": hash }),
         );
         out.push(Write::Apply {
-            kind: kinds::POD,
+            kind: ClusterKind::Pod,
             object: pod,
             manager: MANAGER,
         });
@@ -141,7 +141,7 @@ fn deployment_step(world: &World<'_>, deployment: &Value, out: &mut Vec<Write>) 
         status["availableReplicas"] = json!(0);
     }
     push_status(
-        kinds::DEPLOYMENT,
+        ClusterKind::Deployment,
         deployment,
         status,
         &[
@@ -156,7 +156,7 @@ fn deployment_step(world: &World<'_>, deployment: &Value, out: &mut Vec<Write>) 
 
 /// A status write when conditions or any of `fields` changed.
 pub fn push_status(
-    kind: usize,
+    kind: ClusterKind,
     object: &Value,
     status: Value,
     fields: &[&str],
@@ -177,7 +177,7 @@ pub fn push_status(
 /// Deletes `pod`.
 pub fn delete_pod(pod: &Value) -> Write {
     Write::Delete {
-        kind: kinds::POD,
+        kind: ClusterKind::Pod,
         namespace: namespace(pod).into(),
         name: name(pod).into(),
     }
@@ -213,7 +213,7 @@ fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
         );
         pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] = json!(name(job));
         out.push(Write::Apply {
-            kind: kinds::POD,
+            kind: ClusterKind::Pod,
             object: pod,
             manager: MANAGER,
         });
@@ -248,7 +248,7 @@ fn job_step(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
         status["completionTime"] = json!(world.timestamp);
     }
     push_status(
-        kinds::JOB,
+        ClusterKind::Job,
         job,
         status,
         &["active", "succeeded", "failed"],
@@ -308,7 +308,7 @@ fn fail_job(world: &World<'_>, job: &Value, pods: &[&Value], out: &mut Vec<Write
             condition_value(None, "Failed", true, "BackoffLimitExceeded", MESSAGE, world.timestamp),
         ],
     });
-    push_status(kinds::JOB, job, status, &["active", "failed"], out);
+    push_status(ClusterKind::Job, job, status, &["active", "failed"], out);
 }
 
 /// An event of the Job controller about `job`.
@@ -332,14 +332,14 @@ fn mark_hydrated(world: &World<'_>, job: &Value, out: &mut Vec<Write>) {
         .flatten()
         .filter_map(|v| v["persistentVolumeClaim"]["claimName"].as_str());
     for claim in claims {
-        let Some(pvc) = world.get(kinds::PVC, namespace(job), claim) else {
+        let Some(pvc) = world.get(ClusterKind::Pvc, namespace(job), claim) else {
             continue;
         };
         if pvc["metadata"]["annotations"][super::HYDRATED] == "true" {
             continue;
         }
         out.push(Write::Patch {
-            kind: kinds::PVC,
+            kind: ClusterKind::Pvc,
             namespace: namespace(job).to_string(),
             name: claim.to_string(),
             patch: json!({ "metadata": { "uid": uid(pvc), "annotations": { super::HYDRATED: "true" } } }),
@@ -352,7 +352,7 @@ fn pvc_step(world: &World<'_>, pvc: &Value, out: &mut Vec<Write>) {
         return;
     }
     let class = pvc["spec"]["storageClassName"].as_str().unwrap_or_default();
-    if world.get(kinds::STORAGE_CLASS, "", class).is_none() {
+    if world.get(ClusterKind::StorageClass, "", class).is_none() {
         out.push(Write::Event {
             object: pvc.clone(),
             type_: "Warning",
@@ -368,7 +368,7 @@ fn pvc_step(world: &World<'_>, pvc: &Value, out: &mut Vec<Write>) {
         "capacity": { "storage": pvc["spec"]["resources"]["requests"]["storage"] },
     });
     out.push(Write::Status {
-        kind: kinds::PVC,
+        kind: ClusterKind::Pvc,
         object: pvc.clone(),
         status,
         manager: MANAGER,
@@ -409,16 +409,17 @@ fn claims_step(world: &World<'_>, pod: &Value, out: &mut Vec<Write>) {
         let generated = claim_name(pod, claim_ref);
         statuses.push(json!({ "name": claim_ref, "resourceClaimName": generated }));
         if world
-            .get(kinds::CLAIM, namespace(pod), &generated)
+            .get(ClusterKind::Claim, namespace(pod), &generated)
             .is_some()
         {
             continue;
         }
-        let Some(template) = world.get(kinds::CLAIM_TEMPLATE, namespace(pod), template_name) else {
+        let Some(template) = world.get(ClusterKind::ClaimTemplate, namespace(pod), template_name)
+        else {
             continue;
         };
         out.push(Write::Apply {
-            kind: kinds::CLAIM,
+            kind: ClusterKind::Claim,
             object: json!({
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {
@@ -433,7 +434,7 @@ fn claims_step(world: &World<'_>, pod: &Value, out: &mut Vec<Write>) {
     }
     if !statuses.is_empty() && pod["status"]["resourceClaimStatuses"] != json!(statuses) {
         out.push(Write::Status {
-            kind: kinds::POD,
+            kind: ClusterKind::Pod,
             object: pod.clone(),
             status: json!({ "resourceClaimStatuses": statuses }),
             manager: MANAGER,
@@ -465,7 +466,7 @@ fn eviction_step(world: &World<'_>, pod: &Value, out: &mut Vec<Write>) {
     if deleting(pod) || pod_done(pod) {
         return;
     }
-    let Some(node) = world.get(kinds::NODE, "", node_name) else {
+    let Some(node) = world.get(ClusterKind::Node, "", node_name) else {
         return;
     };
     let untolerated = node["spec"]["taints"]
@@ -494,9 +495,10 @@ fn eviction_step(world: &World<'_>, pod: &Value, out: &mut Vec<Write>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::informer::{Change, Snapshot};
+    use crate::cluster::world::Snapshot;
+    use crate::informer::Change;
 
-    fn world_of(objects: &[(usize, Value)]) -> Snapshot {
+    fn world_of(objects: &[(ClusterKind, Value)]) -> Snapshot {
         let mut s = Snapshot::default();
         for (kind, o) in objects {
             s.change(Change::Apply(*kind, o.clone()));
@@ -527,7 +529,7 @@ mod tests {
         let job = json!({ "apiVersion": "batch/v1", "kind": "Job",
             "metadata": { "name": "hydrate", "namespace": "ml", "uid": "j1" },
             "spec": { "template": { "spec": { "restartPolicy": "Never", "containers": [{ "name": "c", "image": "hf" }] } } } });
-        let snapshot = world_of(&[(kinds::JOB, job.clone())]);
+        let snapshot = world_of(&[(ClusterKind::Job, job.clone())]);
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -538,7 +540,7 @@ mod tests {
         let done = json!({ "metadata": { "name": "hydrate-x", "namespace": "ml",
                 "ownerReferences": [{ "uid": "j1", "controller": true }] },
             "spec": {}, "status": { "phase": "Succeeded" } });
-        let snapshot = world_of(&[(kinds::JOB, job), (kinds::POD, done)]);
+        let snapshot = world_of(&[(ClusterKind::Job, job), (ClusterKind::Pod, done)]);
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -559,7 +561,10 @@ mod tests {
                     "containerStatuses": [{ "name": "c", "restartCount": restarts }] } })
         };
         let step_with = |restarts| {
-            let snapshot = world_of(&[(kinds::JOB, job.clone()), (kinds::POD, crashing(restarts))]);
+            let snapshot = world_of(&[
+                (ClusterKind::Job, job.clone()),
+                (ClusterKind::Pod, crashing(restarts)),
+            ]);
             let world = World {
                 snapshot: &snapshot,
                 timestamp: "t",
@@ -573,7 +578,7 @@ mod tests {
             ["BackoffLimitExceeded: Job has reached the specified backoff limit"]
         );
         assert!(writes.iter().any(
-            |w| matches!(w, Write::Delete { kind: kinds::POD, name, .. } if name == "hydrate-x")
+            |w| matches!(w, Write::Delete { kind: ClusterKind::Pod, name, .. } if name == "hydrate-x")
         ));
         let failed = writes.iter().find_map(|w| match w {
             Write::Status { status, .. } => Some(status["conditions"][1].clone()),
@@ -584,7 +589,7 @@ mod tests {
 
     #[test]
     fn a_deployment_gets_its_pods_then_is_available_once_they_are_ready() {
-        let snapshot = world_of(&[(kinds::DEPLOYMENT, deployment())]);
+        let snapshot = world_of(&[(ClusterKind::Deployment, deployment())]);
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -594,7 +599,7 @@ mod tests {
             .iter()
             .filter_map(|w| match w {
                 Write::Apply {
-                    kind: kinds::POD,
+                    kind: ClusterKind::Pod,
                     object,
                     ..
                 } => Some(object),
@@ -614,11 +619,11 @@ mod tests {
             .expect("status");
         assert_eq!(status["conditions"][0]["status"], "False");
 
-        let mut ready: Vec<(usize, Value)> = vec![(kinds::DEPLOYMENT, deployment())];
+        let mut ready: Vec<(ClusterKind, Value)> = vec![(ClusterKind::Deployment, deployment())];
         for p in pods {
             let mut p = p.clone();
             p["status"] = json!({ "conditions": [{ "type": "Ready", "status": "True" }] });
-            ready.push((kinds::POD, p));
+            ready.push((ClusterKind::Pod, p));
         }
         let snapshot = world_of(&ready);
         let world = World {
@@ -649,23 +654,24 @@ mod tests {
         let node = json!({ "metadata": { "name": "n1" }, "spec": { "taints": [{ "key": "drain", "value": "now", "effect": "NoExecute" }] } });
         let pod = json!({ "metadata": { "name": "p", "namespace": "ml" }, "spec": { "nodeName": "n1",
             "tolerations": [{ "key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule" }] } });
-        let snapshot = world_of(&[(kinds::NODE, node), (kinds::POD, pod)]);
+        let snapshot = world_of(&[(ClusterKind::Node, node), (ClusterKind::Pod, pod)]);
         let writes = step(&World {
             snapshot: &snapshot,
             timestamp: "t",
         });
-        assert!(
-            writes
-                .iter()
-                .any(|w| matches!(w, Write::Delete { kind: kinds::POD, name, .. } if name == "p"))
-        );
+        assert!(writes.iter().any(
+            |w| matches!(w, Write::Delete { kind: ClusterKind::Pod, name, .. } if name == "p")
+        ));
     }
 
     #[test]
     fn a_claim_is_made_from_the_pods_template_and_the_pod_points_at_it() {
         let template = json!({ "metadata": { "name": "t", "namespace": "ml" }, "spec": { "spec": { "devices": { "requests": [{ "name": "gpu", "exactly": { "deviceClassName": "gpu.nvidia.com", "count": 1 } }] } } } });
         let pod = json!({ "metadata": { "name": "p", "namespace": "ml", "uid": "u1" }, "spec": { "resourceClaims": [{ "name": "devices", "resourceClaimTemplateName": "t" }] } });
-        let snapshot = world_of(&[(kinds::CLAIM_TEMPLATE, template), (kinds::POD, pod.clone())]);
+        let snapshot = world_of(&[
+            (ClusterKind::ClaimTemplate, template),
+            (ClusterKind::Pod, pod.clone()),
+        ]);
         let writes = step(&World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -674,7 +680,7 @@ mod tests {
             .iter()
             .find_map(|w| match w {
                 Write::Apply {
-                    kind: kinds::CLAIM,
+                    kind: ClusterKind::Claim,
                     object,
                     ..
                 } => Some(object),
@@ -686,6 +692,6 @@ mod tests {
             claim["spec"]["devices"]["requests"][0]["exactly"]["count"],
             1
         );
-        assert!(writes.iter().any(|w| matches!(w, Write::Status { kind: kinds::POD, status, .. } if status["resourceClaimStatuses"][0]["name"] == "devices")));
+        assert!(writes.iter().any(|w| matches!(w, Write::Status { kind: ClusterKind::Pod, status, .. } if status["resourceClaimStatuses"][0]["name"] == "devices")));
     }
 }

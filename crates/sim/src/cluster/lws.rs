@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use super::kcm::{delete_pod, pod_from_template, push_status};
 use super::world::{
-    World, Write, condition, condition_value, deleting, kinds, name, namespace, owner_reference,
-    pod_ready, short_hash, uid,
+    ClusterKind, World, Write, condition, condition_value, deleting, name, namespace,
+    owner_reference, pod_ready, short_hash, uid,
 };
 
 const MANAGER: &str = "lws-controller-manager";
@@ -20,7 +20,7 @@ const PREFIX: &str = "leaderworkerset.sigs.k8s.io";
 /// Everything the LWS controller writes this pass.
 pub fn step(world: &World<'_>) -> Vec<Write> {
     let mut out = Vec::new();
-    for lws in world.all(kinds::LWS) {
+    for lws in world.all(ClusterKind::Lws) {
         if !deleting(lws) {
             reconcile(world, lws, &mut out);
         }
@@ -58,9 +58,9 @@ fn reconcile(world: &World<'_>, lws: &Value, out: &mut Vec<Write>) {
         .as_str()
         .unwrap_or("RecreateGroupOnPodRestart");
 
-    if world.get(kinds::SERVICE, ns, lws_name).is_none() {
+    if world.get(ClusterKind::Service, ns, lws_name).is_none() {
         out.push(Write::Apply {
-            kind: kinds::SERVICE,
+            kind: ClusterKind::Service,
             object: json!({
                 "apiVersion": "v1", "kind": "Service",
                 "metadata": { "name": lws_name, "namespace": ns, "ownerReferences": [owner_reference(lws)] },
@@ -149,7 +149,7 @@ fn reconcile(world: &World<'_>, lws: &Value, out: &mut Vec<Write>) {
                 ],
             );
             out.push(Write::Apply {
-                kind: kinds::POD,
+                kind: ClusterKind::Pod,
                 object: pod,
                 manager: MANAGER,
             });
@@ -188,13 +188,20 @@ fn reconcile(world: &World<'_>, lws: &Value, out: &mut Vec<Write>) {
             condition_value(previous, "Available", false, "AllGroupsReady", "Not all replicas are ready", world.timestamp)
         }],
     });
-    push_status(kinds::LWS, lws, status, &["replicas", "readyReplicas"], out);
+    push_status(
+        ClusterKind::Lws,
+        lws,
+        status,
+        &["replicas", "readyReplicas"],
+        out,
+    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::informer::{Change, Snapshot};
+    use crate::cluster::world::Snapshot;
+    use crate::informer::Change;
 
     fn lws() -> Value {
         json!({ "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
@@ -210,7 +217,7 @@ mod tests {
     #[test]
     fn a_group_is_a_leader_and_its_workers_with_what_lws_injects() {
         let mut s = Snapshot::default();
-        s.change(Change::Apply(kinds::LWS, lws()));
+        s.change(Change::Apply(ClusterKind::Lws, lws()));
         let writes = step(&World {
             snapshot: &s,
             timestamp: "t",
@@ -219,7 +226,7 @@ mod tests {
             .iter()
             .filter_map(|w| match w {
                 Write::Apply {
-                    kind: kinds::POD,
+                    kind: ClusterKind::Pod,
                     object,
                     ..
                 } => Some(object),
@@ -272,13 +279,13 @@ mod tests {
         );
         assert_eq!(env.as_array().map(Vec::len), Some(4));
         assert_eq!(worker["spec"]["containers"][0]["env"][2]["value"], "1");
-        assert!(writes.iter().any(|w| matches!(w, Write::Apply { kind: kinds::SERVICE, object, .. } if object["spec"]["clusterIP"] == "None")));
+        assert!(writes.iter().any(|w| matches!(w, Write::Apply { kind: ClusterKind::Service, object, .. } if object["spec"]["clusterIP"] == "None")));
     }
 
     #[test]
     fn a_restarted_container_recreates_its_whole_group() {
         let mut s = Snapshot::default();
-        s.change(Change::Apply(kinds::LWS, lws()));
+        s.change(Change::Apply(ClusterKind::Lws, lws()));
         for w in step(&World {
             snapshot: &s,
             timestamp: "t",
@@ -287,7 +294,7 @@ mod tests {
                 kind, mut object, ..
             } = w
             {
-                if kind == kinds::POD && name(&object) == "coder-0-1" {
+                if kind == ClusterKind::Pod && name(&object) == "coder-0-1" {
                     object["status"] =
                         json!({ "containerStatuses": [{ "name": "engine", "restartCount": 1 }] });
                 }

@@ -33,9 +33,14 @@ use serde_json::json;
 
 use crate::client::{self, Kind, builtin};
 use crate::cloud::Pool;
+use crate::error::{self, Error};
 use crate::faults::Faults;
 use crate::helm::{self, Chart, Controller};
 use crate::profile::Profile;
+use world::ClusterKind;
+
+/// A cluster's control loop's inbox: what its watches saw.
+type Inbox = tokio::sync::mpsc::UnboundedSender<crate::informer::Change<ClusterKind>>;
 
 /// Field manager of what the simulated kubelets and cloud node agents write.
 const NODE_MANAGER: &str = "kubelet";
@@ -95,7 +100,7 @@ impl Workloads {
         control: &Client,
         root: &Kubeconfig,
         name: &str,
-    ) -> Result<Arc<Workload>, String> {
+    ) -> Result<Arc<Workload>, Error> {
         if let Some(existing) = self.by_name(name) {
             return Ok(existing);
         }
@@ -105,22 +110,24 @@ impl Workloads {
         });
         client::create(control, &logical_cluster(), &object)
             .await
-            .map_err(|e| format!("cannot create logical cluster {name}: {e}"))?;
+            .map_err(error::api(format!("create logical cluster {name}")))?;
         let kubeconfig = client::logical_kubeconfig(root, name)?;
-        let direct = Kubeconfig::from_yaml(&kubeconfig).map_err(|e| e.to_string())?;
-        let server = client::server(&direct).ok_or("the kubeconfig names no server")?;
+        let direct = parse(&kubeconfig)?;
+        let server = client::server(&direct).ok_or_else(no_server)?;
         let upstream = server
             .split("://")
             .nth(1)
             .and_then(|rest| rest.split('/').next())
-            .ok_or_else(|| format!("cannot read the API server's address from {server}"))?
+            .ok_or_else(|| {
+                Error::Kubeconfig(format!("names a server without an address: {server}"))
+            })?
             .to_string();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .map_err(|e| format!("cannot open cluster {name}'s API address: {e}"))?;
+            .map_err(error::io(format!("open cluster {name}'s API address")))?;
         let published_address = listener
             .local_addr()
-            .map_err(|e| e.to_string())?
+            .map_err(error::io(format!("read cluster {name}'s API address")))?
             .to_string();
         // What the connection Secret carries: the cluster reached through its
         // network path (which faults can cut).
@@ -144,10 +151,9 @@ impl Workloads {
 
     /// The cluster a kubeconfig reaches (one the cloud created, or any
     /// other cluster a Helm release is installed into).
-    pub async fn connect(&self, kubeconfig: &str) -> Result<Arc<Workload>, String> {
-        let parsed =
-            Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
-        let server = client::server(&parsed).ok_or("the kubeconfig names no server")?;
+    pub async fn connect(&self, kubeconfig: &str) -> Result<Arc<Workload>, Error> {
+        let parsed = parse(kubeconfig)?;
+        let server = client::server(&parsed).ok_or_else(no_server)?;
         if let Some(existing) = self
             .by_server
             .lock()
@@ -161,14 +167,15 @@ impl Workloads {
         // (written before a restart) fails at once, as a refused connection
         // does; the caller retries once its Secret is current.
         if let Some(known) = self.by_name(&name) {
-            return Err(format!(
-                "cluster {name} is not served at {server} (it is at {})",
-                Kubeconfig::from_yaml(&known.kubeconfig)
+            return Err(Error::Moved {
+                at: Kubeconfig::from_yaml(&known.kubeconfig)
                     .ok()
                     .as_ref()
                     .and_then(client::server)
-                    .unwrap_or_default()
-            ));
+                    .unwrap_or_default(),
+                cluster: name,
+                server,
+            });
         }
         self.register(kubeconfig, &name, None).await
     }
@@ -180,20 +187,24 @@ impl Workloads {
         kubeconfig: &str,
         name: &str,
         published: Option<String>,
-    ) -> Result<Arc<Workload>, String> {
-        let parsed =
-            Kubeconfig::from_yaml(kubeconfig).map_err(|e| format!("invalid kubeconfig: {e}"))?;
-        let server = client::server(&parsed).ok_or("the kubeconfig names no server")?;
-        let client = client::connect(&parsed).await.map_err(|e| e.to_string())?;
+    ) -> Result<Arc<Workload>, Error> {
+        let parsed = parse(kubeconfig)?;
+        let server = client::server(&parsed).ok_or_else(no_server)?;
+        let client = client::connect(&parsed)
+            .await
+            .map_err(error::api(format!("connect to cluster {name}")))?;
         wait_served(&client, name).await?;
         let kubelet = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
-            .map_err(|e| format!("cannot open the kubelet endpoint: {e}"))?;
-        let mut by_server = self.by_server.lock().map_err(|_| "poisoned")?;
+            .map_err(error::io("open the kubelet endpoint"))?;
+        let mut by_server = self.by_server.lock()?;
         if let Some(existing) = by_server.get(&server) {
             return Ok(existing.clone());
         }
-        let kubelet_port = kubelet.local_addr().map_err(|e| e.to_string())?.port();
+        let kubelet_port = kubelet
+            .local_addr()
+            .map_err(error::io("read the kubelet endpoint"))?
+            .port();
         let workload = Arc::new(Workload {
             name: name.to_string(),
             kubeconfig: published.unwrap_or_else(|| kubeconfig.to_string()),
@@ -235,7 +246,7 @@ impl Workloads {
 
     /// Tears cluster `name` down: its controllers stop, its logical cluster
     /// (and everything in it) is deleted.
-    pub async fn delete(&self, control: &Client, name: &str) -> Result<(), String> {
+    pub async fn delete(&self, control: &Client, name: &str) -> Result<(), Error> {
         let removed = self.by_name.lock().ok().and_then(|mut m| m.remove(name));
         if let Some(workload) = removed {
             workload.scope.stop();
@@ -245,13 +256,21 @@ impl Workloads {
         }
         client::delete(control, &logical_cluster(), None, name)
             .await
-            .map_err(|e| format!("cannot delete logical cluster {name}: {e}"))?;
+            .map_err(error::api(format!("delete logical cluster {name}")))?;
         tracing::info!(cluster = name, "workload cluster deleted");
         Ok(())
     }
 }
 
-async fn wait_served(client: &Client, name: &str) -> Result<(), String> {
+fn parse(kubeconfig: &str) -> Result<Kubeconfig, Error> {
+    Kubeconfig::from_yaml(kubeconfig).map_err(|e| Error::Kubeconfig(format!("is invalid: {e}")))
+}
+
+fn no_server() -> Error {
+    Error::Kubeconfig("names no server".into())
+}
+
+async fn wait_served(client: &Client, name: &str) -> Result<(), Error> {
     let namespaces = builtin::namespace().api(client, None);
     let mut last = String::new();
     for _ in 0..50 {
@@ -261,7 +280,10 @@ async fn wait_served(client: &Client, name: &str) -> Result<(), String> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(format!("cluster {name} does not answer: {last}"))
+    Err(Error::NotAnswering {
+        cluster: name.to_string(),
+        last,
+    })
 }
 
 /// The annotation with which the simulated storage records that a volume
@@ -299,10 +321,7 @@ pub struct Workload {
     /// Where its pods' addresses come from: the fleet's.
     addresses: kubelet::Addresses,
     /// The control loop's inbox, once it runs, and the kinds watched into it.
-    watches: Mutex<(
-        Option<tokio::sync::mpsc::UnboundedSender<crate::informer::Change>>,
-        BTreeSet<usize>,
-    )>,
+    watches: Mutex<(Option<Inbox>, BTreeSet<ClusterKind>)>,
     /// The containers' logs the kubelets serve.
     logs: logs::Logs,
     /// Wakes the cluster's loop for a change it does not watch (its edge
@@ -318,44 +337,38 @@ impl Workload {
 
     /// Starts the watches feeding `tx`: the built-in kinds, and whatever a
     /// chart installed already.
-    pub fn start_watches(&self, tx: tokio::sync::mpsc::UnboundedSender<crate::informer::Change>) {
-        let pending: Vec<usize> = match self.watches.lock() {
+    pub fn start_watches(&self, tx: Inbox) {
+        let pending: Vec<ClusterKind> = match self.watches.lock() {
             Ok(mut w) => {
                 w.0 = Some(tx);
-                w.1.extend(world::BUILTIN);
+                w.1.extend(ClusterKind::BUILTIN);
                 w.1.iter().copied().collect()
             }
             Err(_) => return,
         };
-        for index in pending {
-            self.spawn_watch(index);
+        for kind in pending {
+            self.spawn_watch(kind);
         }
     }
 
-    /// Watches kind `index` from now on (once its CRD is served).
-    fn watch(&self, index: usize) {
+    /// Watches `kind` from now on (once its CRD is served).
+    fn watch(&self, kind: ClusterKind) {
         let start = self
             .watches
             .lock()
-            .is_ok_and(|mut w| w.1.insert(index) && w.0.is_some());
+            .is_ok_and(|mut w| w.1.insert(kind) && w.0.is_some());
         if start {
-            self.spawn_watch(index);
+            self.spawn_watch(kind);
         }
     }
 
-    fn spawn_watch(&self, index: usize) {
+    fn spawn_watch(&self, kind: ClusterKind) {
         let Some(tx) = self.watches.lock().ok().and_then(|w| w.0.clone()) else {
             return;
         };
         self.scope.spawn(
             "sim-cluster-watch",
-            crate::informer::watch(
-                self.client.clone(),
-                world::kind(index),
-                index,
-                world::trim,
-                tx,
-            ),
+            crate::informer::watch(self.client.clone(), kind.api(), kind, ClusterKind::trim, tx),
         );
     }
 
@@ -417,9 +430,9 @@ impl Workload {
         resource: &str,
         pool: Pool,
         provider: &'static str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let (previous, old_count) = {
-            let mut pools = self.pools.lock().map_err(|_| "poisoned")?;
+            let mut pools = self.pools.lock()?;
             let previous = pools.get(resource).cloned();
             // Nodes that may exist: the pool's, or more if a registration failed.
             let old_count = previous
@@ -467,8 +480,7 @@ impl Workload {
                 None,
                 &nodes::node_name(&pool.name, index),
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
         }
         if let Ok(mut pools) = self.pools.lock()
             && let Some(entry) = pools.get_mut(resource)
@@ -482,11 +494,9 @@ impl Workload {
     /// Registers `node` as its kubelet does: one create carrying its status;
     /// a node that exists already (a pool changed, or the simulator
     /// restarted) gets its labels, taints and status applied instead.
-    async fn register_node(&self, node: &serde_json::Value) -> Result<(), String> {
+    async fn register_node(&self, node: &serde_json::Value) -> Result<(), Error> {
         let kind = builtin::node();
-        let created = client::create_new(&self.client, &kind, node, Some(NODE_MANAGER))
-            .await
-            .map_err(|e| e.to_string())?;
+        let created = client::create_new(&self.client, &kind, node, Some(NODE_MANAGER)).await?;
         if created {
             return Ok(());
         }
@@ -494,24 +504,15 @@ impl Workload {
         if let Some(o) = spec_only.as_object_mut() {
             o.remove("status");
         }
-        client::apply(&self.client, &kind, &spec_only, NODE_MANAGER)
-            .await
-            .map_err(|e| e.to_string())?;
+        client::apply(&self.client, &kind, &spec_only, NODE_MANAGER).await?;
         // As a kubelet posts its status: a patch, so that a later write of
         // the conditions alone leaves the rest of it.
-        client::merge_status(&self.client, &kind, node, &node["status"], NODE_MANAGER)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(client::merge_status(&self.client, &kind, node, &node["status"], NODE_MANAGER).await?)
     }
 
     /// The pool `resource` is gone, and its nodes with it.
-    pub async fn remove_pool(&self, resource: &str) -> Result<(), String> {
-        let known = self
-            .pools
-            .lock()
-            .map_err(|_| "poisoned")?
-            .get(resource)
-            .cloned();
+    pub async fn remove_pool(&self, resource: &str) -> Result<(), Error> {
+        let known = self.pools.lock()?.get(resource).cloned();
         if let Some((pool, existing)) = known {
             // Every node that may exist; the pool is forgotten only once
             // they are gone (a retry deletes the rest).
@@ -522,8 +523,7 @@ impl Workload {
                     None,
                     &nodes::node_name(&pool.name, index),
                 )
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             }
             if let Ok(mut pools) = self.pools.lock() {
                 pools.remove(resource);
@@ -539,16 +539,14 @@ impl Workload {
         self: &Arc<Self>,
         chart: &'static Chart,
         namespace: &str,
-    ) -> Result<(), String> {
+    ) -> Result<(), Error> {
         let release = (chart.name, namespace.to_string());
         if self.installed.lock().is_ok_and(|i| i.contains(&release)) {
             return Ok(());
         }
         let ns =
             json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": namespace } });
-        client::apply(&self.client, &builtin::namespace(), &ns, HELM_MANAGER)
-            .await
-            .map_err(|e| e.to_string())?;
+        client::apply(&self.client, &builtin::namespace(), &ns, HELM_MANAGER).await?;
         for crd in chart.crds {
             client::apply(
                 &self.client,
@@ -556,21 +554,16 @@ impl Workload {
                 &helm::crd(*crd),
                 HELM_MANAGER,
             )
-            .await
-            .map_err(|e| e.to_string())?;
-            if let Some(index) = world::index_of(crd.0, crd.2) {
-                self.watch(index);
+            .await?;
+            if let Some(kind) = ClusterKind::of(crd.0, crd.2) {
+                self.watch(kind);
             }
         }
         if let Ok(mut installed) = self.installed.lock() {
             installed.insert(release);
         }
         if let Some(controller) = chart.controller {
-            let fresh = self
-                .controllers
-                .lock()
-                .map_err(|_| "poisoned")?
-                .insert(controller);
+            let fresh = self.controllers.lock()?.insert(controller);
             if fresh {
                 self.start(controller);
             }

@@ -248,7 +248,7 @@ pub fn fault_writes(
     pool_taints: &std::collections::BTreeMap<String, Vec<crate::cloud::Taint>>,
     faults: &[crate::faults::Fault],
 ) -> Vec<super::world::Write> {
-    use super::world::{kinds, name};
+    use super::world::{ClusterKind, name};
     use crate::faults::Fault;
     let mut out = Vec::new();
     // Each pool's taints, and how a node records them, once per pass.
@@ -264,7 +264,7 @@ pub fn fault_writes(
         })
         .collect();
     let no_taints = (Vec::new(), "[]".to_string());
-    for node in world.all(kinds::NODE) {
+    for node in world.all(ClusterKind::Node) {
         let node_name = name(node);
         let pool = node["metadata"]["labels"][modelplane_api::labels::POOL]
             .as_str()
@@ -303,7 +303,7 @@ fn taint_write(
     faults: &[crate::faults::Fault],
     silent: bool,
 ) -> Option<super::world::Write> {
-    use super::world::{Write, kinds, name};
+    use super::world::{ClusterKind, Write, name};
     use crate::faults::Fault;
     let node_name = name(node);
     let mut taints = pool_taints.to_vec();
@@ -348,7 +348,7 @@ fn taint_write(
     }
     let record = serde_json::to_string(&managed).unwrap_or_default();
     Some(Write::Patch {
-        kind: kinds::NODE,
+        kind: ClusterKind::Node,
         namespace: String::new(),
         name: node_name.to_string(),
         patch: json!({
@@ -361,7 +361,7 @@ fn taint_write(
 /// The conditions `node` should show written if its Ready one differs:
 /// `Unknown` once its kubelet went silent, `True` while it posts.
 fn condition_write(node: &Value, silent: bool, timestamp: &str) -> Option<super::world::Write> {
-    use super::world::{Write, kinds};
+    use super::world::{ClusterKind, Write};
     let ready = node["status"]["conditions"]
         .as_array()
         .into_iter()
@@ -375,7 +375,7 @@ fn condition_write(node: &Value, silent: bool, timestamp: &str) -> Option<super:
     // Only the conditions, patched as a kubelet posts them: the rest of the
     // status is its registration, which this leaves as is.
     Some(Write::StatusPatch {
-        kind: kinds::NODE,
+        kind: ClusterKind::Node,
         object: node.clone(),
         status: json!({ "conditions": conditions(!silent, timestamp) }),
         manager: "kubelet",
@@ -385,10 +385,10 @@ fn condition_write(node: &Value, silent: bool, timestamp: &str) -> Option<super:
 /// The node controller's part for a silent node: its Ready pods marked not
 /// Ready, each with an event.
 fn silent_node_pods(world: &super::world::World<'_>, node_name: &str) -> Vec<super::world::Write> {
-    use super::world::{Write, kinds, name, namespace};
+    use super::world::{ClusterKind, Write, name, namespace};
     let mut out = Vec::new();
     for pod in world
-        .all(kinds::POD)
+        .all(ClusterKind::Pod)
         .filter(|p| p["spec"]["nodeName"] == node_name)
     {
         let ready = pod["status"]["conditions"]
@@ -398,7 +398,7 @@ fn silent_node_pods(world: &super::world::World<'_>, node_name: &str) -> Vec<sup
             .any(|c| c["type"] == "Ready" && c["status"] == "True");
         if ready {
             out.push(Write::Status {
-                kind: kinds::POD,
+                kind: ClusterKind::Pod,
                 object: pod.clone(),
                 status: json!({ "conditions": [{ "type": "Ready", "status": "False", "reason": "NodeNotReady" }] }),
                 manager: "node-controller",
@@ -419,15 +419,13 @@ fn silent_node_pods(world: &super::world::World<'_>, node_name: &str) -> Vec<sup
 mod tests {
     use super::*;
     use crate::cloud::Taint;
+    use crate::cluster::world::{ClusterKind, Snapshot};
     use crate::faults::Fault;
-    use crate::informer::{Change, Snapshot};
+    use crate::informer::Change;
 
     fn taints_after(node: Value, faults: &[Fault]) -> Vec<Value> {
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(
-            super::super::world::kinds::NODE,
-            node.clone(),
-        ));
+        snapshot.change(Change::Apply(ClusterKind::Node, node.clone()));
         let world = super::super::world::World {
             snapshot: &snapshot,
             timestamp: "t",

@@ -14,8 +14,9 @@ use serde_json::{Value, json};
 
 use super::dra::{Hardware, driver_step};
 use super::scheduler::{Assumed, default_scheduler, kai_scheduler};
-use super::world::{World, Write, kinds};
-use crate::informer::{Change, Snapshot};
+use super::world::{ClusterKind, World, Write};
+use crate::cluster::world::Snapshot;
+use crate::informer::Change;
 
 /// (replicas, copies, gang, GPUs per pod).
 type DeploymentShape = (u32, u32, bool, i64);
@@ -130,13 +131,13 @@ fn cluster_with(fleet: &Fleet, pods: &[i64], seed: u64, scheduler: &str) -> Snap
     let mut s = Snapshot::default();
     for n in 0..fleet.nodes {
         s.change(Change::Apply(
-            kinds::NODE,
+            ClusterKind::Node,
             json!({ "metadata": { "name": format!("node-{n}"), "labels": { "modelplane.ai/pool": "gpu" } },
                 "status": { "conditions": [{ "type": "Ready", "status": "True" }] } }),
         ));
     }
     s.change(Change::Apply(
-        kinds::QUEUE,
+        ClusterKind::Queue,
         json!({ "metadata": { "name": "modelplane" } }),
     ));
     let hardware = BTreeMap::from([(
@@ -173,7 +174,7 @@ fn cluster_with(fleet: &Fleet, pods: &[i64], seed: u64, scheduler: &str) -> Snap
     for (at, &i) in order.iter().enumerate() {
         let name = format!("p{i}");
         s.change(Change::Apply(
-            kinds::POD,
+            ClusterKind::Pod,
             json!({ "metadata": { "name": name, "namespace": "ml", "uid": format!("uid-{name}"),
                     "labels": { "kai.scheduler/queue": "modelplane" },
                     "creationTimestamp": format!("2026-01-01T00:{:02}:{:02}Z", at / 60, at % 60) },
@@ -181,7 +182,7 @@ fn cluster_with(fleet: &Fleet, pods: &[i64], seed: u64, scheduler: &str) -> Snap
                     "resourceClaims": [{ "name": "devices", "resourceClaimName": format!("{name}-devices") }] } }),
         ));
         s.change(Change::Apply(
-            kinds::CLAIM,
+            ClusterKind::Claim,
             json!({ "metadata": { "name": format!("{name}-devices"), "namespace": "ml" },
                 "spec": { "devices": { "requests": [{ "name": "gpu",
                     "exactly": { "deviceClassName": "gpu.nvidia.com", "count": pods[i] } }] } } }),

@@ -15,11 +15,11 @@ use tokio::sync::mpsc;
 use super::Workload;
 use super::kubelet::{self, Kubelets};
 use super::scheduler::{self, Assumed};
-use super::world::{self, World, Write, kinds};
+use super::world::{self, ClusterKind, World, Write};
 use super::{dra, edge, grove, kcm, lws};
 use crate::client;
+use crate::cluster::world::Snapshot;
 use crate::helm::Controller;
-use crate::informer::Snapshot;
 
 /// Runs until the cluster's scope stops.
 pub async fn run(workload: Arc<Workload>) {
@@ -199,19 +199,19 @@ async fn execute(client: &kube::Client, write: Write) -> bool {
             kind,
             object,
             manager,
-        } => client::apply(client, &world::kind(*kind), object, manager).await,
+        } => client::apply(client, &kind.api(), object, manager).await,
         Write::Status {
             kind,
             object,
             status,
             manager,
-        } => client::apply_status(client, &world::kind(*kind), object, status, manager).await,
+        } => client::apply_status(client, &kind.api(), object, status, manager).await,
         Write::StatusPatch {
             kind,
             object,
             status,
             manager,
-        } => client::merge_status(client, &world::kind(*kind), object, status, manager).await,
+        } => client::merge_status(client, &kind.api(), object, status, manager).await,
         Write::Patch {
             kind,
             namespace,
@@ -219,7 +219,7 @@ async fn execute(client: &kube::Client, write: Write) -> bool {
             patch,
         } => {
             let ns = (!namespace.is_empty()).then_some(namespace.as_str());
-            client::merge(client, &world::kind(*kind), ns, name, patch).await
+            client::merge(client, &kind.api(), ns, name, patch).await
         }
         Write::Delete {
             kind,
@@ -227,7 +227,7 @@ async fn execute(client: &kube::Client, write: Write) -> bool {
             name,
         } => {
             let ns = (!namespace.is_empty()).then_some(namespace.as_str());
-            client::delete(client, &world::kind(*kind), ns, name).await
+            client::delete(client, &kind.api(), ns, name).await
         }
         Write::Event {
             object,
@@ -238,7 +238,7 @@ async fn execute(client: &kube::Client, write: Write) -> bool {
         } => {
             client::create(
                 client,
-                &world::kind(kinds::EVENT),
+                &ClusterKind::Event.api(),
                 &event(object, type_, reason, message, source),
             )
             .await

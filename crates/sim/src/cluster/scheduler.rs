@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::dra::{Allocated, Inventory, allocation};
 use super::kcm::tolerates;
-use super::world::{World, Write, deleting, kinds, name, namespace, pod_done, uid};
+use super::world::{ClusterKind, World, Write, deleting, name, namespace, pod_done, uid};
 
 /// A pod: `(namespace, name)`.
 pub type PodKey = (String, String);
@@ -30,12 +30,12 @@ impl Assumed {
     pub fn settle(&mut self, world: &World<'_>) {
         self.pods.retain(|(ns, n), _| {
             world
-                .get(kinds::POD, ns, n)
+                .get(ClusterKind::Pod, ns, n)
                 .is_some_and(|p| p["spec"]["nodeName"].is_null())
         });
         self.claims.retain(|(ns, n), _| {
             world
-                .get(kinds::CLAIM, ns, n)
+                .get(ClusterKind::Claim, ns, n)
                 .is_some_and(|c| c["status"]["allocation"].is_null())
         });
     }
@@ -90,7 +90,7 @@ fn claims<'w>(world: &'w World<'_>, pod: &Value) -> Option<Vec<&'w Value>> {
                 .as_str()?
                 .to_string(),
         };
-        out.push(world.get(kinds::CLAIM, namespace(pod), &claim_name)?);
+        out.push(world.get(ClusterKind::Claim, namespace(pod), &claim_name)?);
     }
     Some(out)
 }
@@ -150,7 +150,7 @@ fn place(
     pod: &Value,
     pod_claims: &[&Value],
 ) -> Result<(String, Taken), String> {
-    let nodes: Vec<&Value> = world.all(kinds::NODE).collect();
+    let nodes: Vec<&Value> = world.all(ClusterKind::Node).collect();
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut fits: Vec<(usize, String)> = Vec::new();
     for node in &nodes {
@@ -208,7 +208,7 @@ fn bind(
 ) {
     for (claim, devices) in taken {
         pass.writes.push(Write::Status {
-            kind: kinds::CLAIM,
+            kind: ClusterKind::Claim,
             object: claim.clone(),
             status: json!({
                 "allocation": allocation(&devices, node),
@@ -222,13 +222,13 @@ fn bind(
     }
     // A binding: for this pod only (its uid), never creating one.
     pass.writes.push(Write::Patch {
-        kind: kinds::POD,
+        kind: ClusterKind::Pod,
         namespace: namespace(pod).to_string(),
         name: name(pod).to_string(),
         patch: json!({ "metadata": { "uid": uid(pod) }, "spec": { "nodeName": node } }),
     });
     pass.writes.push(Write::Status {
-        kind: kinds::POD,
+        kind: ClusterKind::Pod,
         object: pod.clone(),
         status: json!({ "conditions": [{ "type": "PodScheduled", "status": "True", "lastTransitionTime": timestamp }] }),
         manager: scheduler,
@@ -262,7 +262,7 @@ fn unschedulable(
         .find(|c| c["type"] == "PodScheduled");
     if previous.is_none_or(|p| p["message"] != message.as_str()) {
         pass.writes.push(Write::Status {
-            kind: kinds::POD,
+            kind: ClusterKind::Pod,
             object: pod.clone(),
             status: json!({ "phase": "Pending", "conditions": [{ "type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": timestamp }] }),
             manager: scheduler,
@@ -304,7 +304,7 @@ pub fn default_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
     let mut pass = Pass::default();
     let pods = by_age(
         world
-            .all(kinds::POD)
+            .all(ClusterKind::Pod)
             .filter(|p| pending(p, assumed, SCHEDULER))
             .collect(),
     );
@@ -344,12 +344,12 @@ pub fn default_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
 }
 
 fn unbound_volumes(world: &World<'_>, pod: &Value) -> Option<String> {
-    let total = world.all(kinds::NODE).count();
+    let total = world.all(ClusterKind::Node).count();
     for volume in pod["spec"]["volumes"].as_array().into_iter().flatten() {
         let Some(claim) = volume["persistentVolumeClaim"]["claimName"].as_str() else {
             continue;
         };
-        match world.get(kinds::PVC, namespace(pod), claim) {
+        match world.get(ClusterKind::Pvc, namespace(pod), claim) {
             None => return Some(format!("persistentvolumeclaim \"{claim}\" not found")),
             Some(pvc) if pvc["status"]["phase"] != "Bound" => {
                 return Some(format!(
@@ -367,7 +367,7 @@ fn unbound_volumes(world: &World<'_>, pod: &Value) -> Option<String> {
 fn gang(world: &World<'_>, pod: &Value) -> Option<(String, usize)> {
     let labels = &pod["metadata"]["labels"];
     if let Some(podgang) = labels["grove.io/podgang"].as_str() {
-        let gang = world.get(kinds::PODGANG, namespace(pod), podgang)?;
+        let gang = world.get(ClusterKind::PodGang, namespace(pod), podgang)?;
         let need = gang["spec"]["podgroups"]
             .as_array()
             .into_iter()
@@ -385,7 +385,7 @@ fn gang(world: &World<'_>, pod: &Value) -> Option<(String, usize)> {
         // leader runs: KAI's pod-grouper asks for the leader alone first.
         let leader_ready_first = pod["metadata"]["ownerReferences"][0]["name"]
             .as_str()
-            .and_then(|lws| world.get(kinds::LWS, namespace(pod), lws))
+            .and_then(|lws| world.get(ClusterKind::Lws, namespace(pod), lws))
             .is_some_and(|lws| lws["spec"]["startupPolicy"] == "LeaderReady");
         let is_leader = labels["leaderworkerset.sigs.k8s.io/worker-index"] == "0";
         let need = if leader_ready_first && is_leader {
@@ -402,11 +402,11 @@ fn gang(world: &World<'_>, pod: &Value) -> Option<(String, usize)> {
 pub fn kai_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
     const SCHEDULER: &str = "kai-scheduler";
     let mut pass = Pass::default();
-    let queues: BTreeSet<&str> = world.all(kinds::QUEUE).map(name).collect();
+    let queues: BTreeSet<&str> = world.all(ClusterKind::Queue).map(name).collect();
     let mut gangs: BTreeMap<String, (usize, Vec<&Value>)> = BTreeMap::new();
     for pod in by_age(
         world
-            .all(kinds::POD)
+            .all(ClusterKind::Pod)
             .filter(|p| pending(p, assumed, SCHEDULER))
             .collect(),
     ) {
@@ -440,7 +440,7 @@ pub fn kai_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
     // pod joins its running gang).
     let mut bound: BTreeMap<String, usize> = BTreeMap::new();
     for pod in world
-        .all(kinds::POD)
+        .all(ClusterKind::Pod)
         .filter(|p| p["spec"]["nodeName"].is_string() && !deleting(p) && !pod_done(p))
     {
         if pod["spec"]["schedulerName"] == SCHEDULER
@@ -513,7 +513,8 @@ pub fn kai_scheduler(world: &World<'_>, assumed: &Assumed) -> Pass {
 mod tests {
     use super::*;
     use crate::cluster::dra::{Hardware, driver_step};
-    use crate::informer::{Change, Snapshot};
+    use crate::cluster::world::Snapshot;
+    use crate::informer::Change;
 
     fn node(name: &str) -> Value {
         json!({ "metadata": { "name": name, "labels": { "modelplane.ai/pool": "h200" } },
@@ -545,10 +546,10 @@ mod tests {
             },
         )]);
         for n in ["n0", "n1"] {
-            s.change(Change::Apply(kinds::NODE, node(n)));
+            s.change(Change::Apply(ClusterKind::Node, node(n)));
         }
         s.change(Change::Apply(
-            kinds::QUEUE,
+            ClusterKind::Queue,
             json!({ "metadata": { "name": "modelplane" } }),
         ));
         let published = driver_step(
@@ -571,10 +572,10 @@ mod tests {
         {
             let labels = json!({ "leaderworkerset.sigs.k8s.io/group-key": group, "kai.scheduler/queue": "modelplane" });
             s.change(Change::Apply(
-                kinds::POD,
+                ClusterKind::Pod,
                 pod(p, scheduler, labels, &format!("2026-01-01T00:00:0{i}Z")),
             ));
-            s.change(Change::Apply(kinds::CLAIM, claim(p)));
+            s.change(Change::Apply(ClusterKind::Claim, claim(p)));
         }
         s
     }
@@ -639,8 +640,8 @@ mod tests {
         let mut s = contention("default-scheduler");
         let mut p = pod("x", "default-scheduler", json!({}), "2025-01-01T00:00:00Z");
         p["spec"]["tolerations"] = json!([]);
-        s.change(Change::Apply(kinds::POD, p));
-        s.change(Change::Apply(kinds::CLAIM, claim("x")));
+        s.change(Change::Apply(ClusterKind::Pod, p));
+        s.change(Change::Apply(ClusterKind::Claim, claim("x")));
         let pass = default_scheduler(
             &World {
                 snapshot: &s,

@@ -5,160 +5,186 @@
 use serde_json::{Value, json};
 
 use crate::client::Kind;
-use crate::informer::Snapshot;
 
-/// The kinds watched in every workload cluster, by index.
-pub mod kinds {
+/// A kind the simulated controllers of a workload cluster read or write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ClusterKind {
     /// `v1` Node.
-    pub const NODE: usize = 0;
+    Node,
     /// `v1` Pod.
-    pub const POD: usize = 1;
+    Pod,
     /// `apps/v1` Deployment.
-    pub const DEPLOYMENT: usize = 2;
+    Deployment,
     /// `batch/v1` Job.
-    pub const JOB: usize = 3;
+    Job,
     /// `v1` PersistentVolumeClaim.
-    pub const PVC: usize = 4;
+    Pvc,
     /// `storage.k8s.io/v1` StorageClass.
-    pub const STORAGE_CLASS: usize = 5;
+    StorageClass,
     /// `resource.k8s.io/v1` ResourceClaimTemplate.
-    pub const CLAIM_TEMPLATE: usize = 6;
+    ClaimTemplate,
     /// `resource.k8s.io/v1` ResourceClaim.
-    pub const CLAIM: usize = 7;
+    Claim,
     /// `resource.k8s.io/v1` ResourceSlice.
-    pub const SLICE: usize = 8;
+    Slice,
     /// `resource.k8s.io/v1` DeviceClass.
-    pub const DEVICE_CLASS: usize = 9;
+    DeviceClass,
     /// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet.
-    pub const LWS: usize = 10;
+    Lws,
     /// `grove.io/v1alpha1` PodCliqueSet.
-    pub const PCS: usize = 11;
+    Pcs,
     /// `scheduler.grove.io/v1alpha1` PodGang.
-    pub const PODGANG: usize = 12;
+    PodGang,
     /// `gateway.networking.k8s.io/v1` HTTPRoute.
-    pub const HTTPROUTE: usize = 13;
+    HttpRoute,
     /// `inference.networking.k8s.io/v1` InferencePool.
-    pub const INFERENCE_POOL: usize = 14;
+    InferencePool,
     /// `v1` Service.
-    pub const SERVICE: usize = 15;
+    Service,
     /// `grove.io/v1alpha1` PodClique.
-    pub const PCLQ: usize = 16;
+    Pclq,
     /// `scheduling.run.ai/v2` Queue.
-    pub const QUEUE: usize = 17;
+    Queue,
     /// `v1` Secret (what a container's `secretKeyRef` reads).
-    pub const SECRET: usize = 18;
+    Secret,
     /// `v1` Event (written, not watched).
-    pub const EVENT: usize = 19;
+    Event,
 }
 
-/// What the simulated controllers keep of an object of kind `index` in
-/// their snapshot (see [`super::nodes::trim`]).
-pub fn trim(index: usize, object: &mut Value) {
-    if index == kinds::NODE {
-        super::nodes::trim(object);
+impl ClusterKind {
+    /// Every kind watched (all but Event).
+    pub const WATCHED: [ClusterKind; 19] = [
+        ClusterKind::Node,
+        ClusterKind::Pod,
+        ClusterKind::Deployment,
+        ClusterKind::Job,
+        ClusterKind::Pvc,
+        ClusterKind::StorageClass,
+        ClusterKind::ClaimTemplate,
+        ClusterKind::Claim,
+        ClusterKind::Slice,
+        ClusterKind::DeviceClass,
+        ClusterKind::Lws,
+        ClusterKind::Pcs,
+        ClusterKind::PodGang,
+        ClusterKind::HttpRoute,
+        ClusterKind::InferencePool,
+        ClusterKind::Service,
+        ClusterKind::Pclq,
+        ClusterKind::Queue,
+        ClusterKind::Secret,
+    ];
+
+    /// The kinds every cluster serves (built in), watched from the start;
+    /// the others are watched once a chart installs their CRD.
+    pub const BUILTIN: [ClusterKind; 12] = [
+        ClusterKind::Node,
+        ClusterKind::Pod,
+        ClusterKind::Deployment,
+        ClusterKind::Job,
+        ClusterKind::Pvc,
+        ClusterKind::StorageClass,
+        ClusterKind::ClaimTemplate,
+        ClusterKind::Claim,
+        ClusterKind::Slice,
+        ClusterKind::DeviceClass,
+        ClusterKind::Service,
+        ClusterKind::Secret,
+    ];
+
+    /// The API kind.
+    pub fn api(self) -> Kind {
+        let (api_version, kind, plural, namespaced) = match self {
+            ClusterKind::Node => ("v1", "Node", "nodes", false),
+            ClusterKind::Pod => ("v1", "Pod", "pods", true),
+            ClusterKind::Deployment => ("apps/v1", "Deployment", "deployments", true),
+            ClusterKind::Job => ("batch/v1", "Job", "jobs", true),
+            ClusterKind::Pvc => (
+                "v1",
+                "PersistentVolumeClaim",
+                "persistentvolumeclaims",
+                true,
+            ),
+            ClusterKind::StorageClass => {
+                ("storage.k8s.io/v1", "StorageClass", "storageclasses", false)
+            }
+            ClusterKind::ClaimTemplate => (
+                "resource.k8s.io/v1",
+                "ResourceClaimTemplate",
+                "resourceclaimtemplates",
+                true,
+            ),
+            ClusterKind::Claim => (
+                "resource.k8s.io/v1",
+                "ResourceClaim",
+                "resourceclaims",
+                true,
+            ),
+            ClusterKind::Slice => (
+                "resource.k8s.io/v1",
+                "ResourceSlice",
+                "resourceslices",
+                false,
+            ),
+            ClusterKind::DeviceClass => {
+                ("resource.k8s.io/v1", "DeviceClass", "deviceclasses", false)
+            }
+            ClusterKind::Lws => (
+                "leaderworkerset.x-k8s.io/v1",
+                "LeaderWorkerSet",
+                "leaderworkersets",
+                true,
+            ),
+            ClusterKind::Pcs => ("grove.io/v1alpha1", "PodCliqueSet", "podcliquesets", true),
+            ClusterKind::PodGang => ("scheduler.grove.io/v1alpha1", "PodGang", "podgangs", true),
+            ClusterKind::HttpRoute => (
+                "gateway.networking.k8s.io/v1",
+                "HTTPRoute",
+                "httproutes",
+                true,
+            ),
+            ClusterKind::InferencePool => (
+                "inference.networking.k8s.io/v1",
+                "InferencePool",
+                "inferencepools",
+                true,
+            ),
+            ClusterKind::Service => ("v1", "Service", "services", true),
+            ClusterKind::Pclq => ("grove.io/v1alpha1", "PodClique", "podcliques", true),
+            ClusterKind::Queue => ("scheduling.run.ai/v2", "Queue", "queues", false),
+            ClusterKind::Secret => ("v1", "Secret", "secrets", true),
+            ClusterKind::Event => ("v1", "Event", "events", true),
+        };
+        Kind::new(api_version, kind, plural, namespaced)
+    }
+
+    /// The watched kind of `group`'s `kind`, if any.
+    pub fn of(group: &str, kind: &str) -> Option<ClusterKind> {
+        ClusterKind::WATCHED.into_iter().find(|k| {
+            let api = k.api();
+            api.resource.group == group && api.resource.kind == kind
+        })
+    }
+
+    /// What the simulated controllers keep of an object of this kind in
+    /// their snapshot (see [`super::nodes::trim`]).
+    pub fn trim(self, object: &mut Value) {
+        if self == ClusterKind::Node {
+            super::nodes::trim(object);
+        }
     }
 }
 
-/// The API kind of index `index` (see [`kinds`]).
-pub fn kind(index: usize) -> Kind {
-    match index {
-        kinds::NODE => Kind::new("v1", "Node", "nodes", false),
-        kinds::POD => Kind::new("v1", "Pod", "pods", true),
-        kinds::DEPLOYMENT => Kind::new("apps/v1", "Deployment", "deployments", true),
-        kinds::JOB => Kind::new("batch/v1", "Job", "jobs", true),
-        kinds::PVC => Kind::new(
-            "v1",
-            "PersistentVolumeClaim",
-            "persistentvolumeclaims",
-            true,
-        ),
-        kinds::STORAGE_CLASS => {
-            Kind::new("storage.k8s.io/v1", "StorageClass", "storageclasses", false)
-        }
-        kinds::CLAIM_TEMPLATE => Kind::new(
-            "resource.k8s.io/v1",
-            "ResourceClaimTemplate",
-            "resourceclaimtemplates",
-            true,
-        ),
-        kinds::CLAIM => Kind::new(
-            "resource.k8s.io/v1",
-            "ResourceClaim",
-            "resourceclaims",
-            true,
-        ),
-        kinds::SLICE => Kind::new(
-            "resource.k8s.io/v1",
-            "ResourceSlice",
-            "resourceslices",
-            false,
-        ),
-        kinds::DEVICE_CLASS => {
-            Kind::new("resource.k8s.io/v1", "DeviceClass", "deviceclasses", false)
-        }
-        kinds::LWS => Kind::new(
-            "leaderworkerset.x-k8s.io/v1",
-            "LeaderWorkerSet",
-            "leaderworkersets",
-            true,
-        ),
-        kinds::PCS => Kind::new("grove.io/v1alpha1", "PodCliqueSet", "podcliquesets", true),
-        kinds::PODGANG => Kind::new("scheduler.grove.io/v1alpha1", "PodGang", "podgangs", true),
-        kinds::HTTPROUTE => Kind::new(
-            "gateway.networking.k8s.io/v1",
-            "HTTPRoute",
-            "httproutes",
-            true,
-        ),
-        kinds::INFERENCE_POOL => Kind::new(
-            "inference.networking.k8s.io/v1",
-            "InferencePool",
-            "inferencepools",
-            true,
-        ),
-        kinds::SERVICE => Kind::new("v1", "Service", "services", true),
-        kinds::PCLQ => Kind::new("grove.io/v1alpha1", "PodClique", "podcliques", true),
-        kinds::QUEUE => Kind::new("scheduling.run.ai/v2", "Queue", "queues", false),
-        kinds::SECRET => Kind::new("v1", "Secret", "secrets", true),
-        _ => Kind::new("v1", "Event", "events", true),
-    }
-}
-
-/// How many kinds are watched.
-pub const WATCHED: usize = kinds::EVENT;
-
-/// The kinds every cluster serves (built in), watched from the start; the
-/// others are watched once a chart installs their CRD.
-pub const BUILTIN: [usize; 12] = [
-    kinds::NODE,
-    kinds::POD,
-    kinds::DEPLOYMENT,
-    kinds::JOB,
-    kinds::PVC,
-    kinds::STORAGE_CLASS,
-    kinds::CLAIM_TEMPLATE,
-    kinds::CLAIM,
-    kinds::SLICE,
-    kinds::DEVICE_CLASS,
-    kinds::SERVICE,
-    kinds::SECRET,
-];
-
-/// The watched kind of `group`'s `kind`, if any.
-pub fn index_of(group: &str, kind_name: &str) -> Option<usize> {
-    (0..WATCHED).find(|i| {
-        let k = kind(*i);
-        k.resource.group == group && k.resource.kind == kind_name
-    })
-}
+/// What the watches of a workload cluster show.
+pub type Snapshot = crate::informer::Snapshot<ClusterKind>;
 
 /// One write a controller asks for.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Write {
     /// Server-side apply of `object` (of kind `kind`) as `manager`.
     Apply {
-        /// Kind index.
-        kind: usize,
+        /// Its kind.
+        kind: ClusterKind,
         /// The object (apiVersion, kind, metadata.name/namespace and the fields owned).
         object: Value,
         /// Field manager.
@@ -166,8 +192,8 @@ pub enum Write {
     },
     /// Server-side apply of `status` to `object`'s status.
     Status {
-        /// Kind index.
-        kind: usize,
+        /// Its kind.
+        kind: ClusterKind,
         /// The object as observed.
         object: Value,
         /// The status fields owned.
@@ -178,8 +204,8 @@ pub enum Write {
     /// A JSON merge patch of `object`'s status as `manager`, as a kubelet
     /// posts its node's (it owns nothing by it that a later write prunes).
     StatusPatch {
-        /// Kind index.
-        kind: usize,
+        /// Its kind.
+        kind: ClusterKind,
         /// The object as observed.
         object: Value,
         /// The status fields to set.
@@ -189,8 +215,8 @@ pub enum Write {
     },
     /// A merge patch of an existing object (a binding: never creates).
     Patch {
-        /// Kind index.
-        kind: usize,
+        /// Its kind.
+        kind: ClusterKind,
         /// Namespace ("" when cluster-scoped).
         namespace: String,
         /// Name.
@@ -200,8 +226,8 @@ pub enum Write {
     },
     /// Deletes an object.
     Delete {
-        /// Kind index.
-        kind: usize,
+        /// Its kind.
+        kind: ClusterKind,
         /// Namespace ("" when cluster-scoped).
         namespace: String,
         /// Name.
@@ -231,19 +257,19 @@ pub struct World<'a> {
 }
 
 impl World<'_> {
-    /// Every object of kind `index`.
-    pub fn all(&self, index: usize) -> impl Iterator<Item = &Value> {
-        self.snapshot.of(index).map(|(_, v)| v)
+    /// Every object of `kind`.
+    pub fn all(&self, kind: ClusterKind) -> impl Iterator<Item = &Value> {
+        self.snapshot.of(kind).map(|(_, v)| v)
     }
 
-    /// The object `name` of kind `index` in `namespace`.
-    pub fn get(&self, index: usize, namespace: &str, name: &str) -> Option<&Value> {
-        self.snapshot.get(index, namespace, name)
+    /// The object `name` of `kind` in `namespace`.
+    pub fn get(&self, kind: ClusterKind, namespace: &str, name: &str) -> Option<&Value> {
+        self.snapshot.get(kind, namespace, name)
     }
 
     /// Pods owned by the object of uid `uid`.
     pub fn pods_of<'s>(&'s self, uid: &'s str) -> impl Iterator<Item = &'s Value> + 's {
-        self.all(kinds::POD).filter(move |p| owned_by(p, uid))
+        self.all(ClusterKind::Pod).filter(move |p| owned_by(p, uid))
     }
 }
 

@@ -17,21 +17,23 @@ use modelplane_supervisor::Supervisor;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::client::{Kind as ApiKind, builtin};
 use crate::clock::timestamp;
 use crate::cloud::{self, Observation, Phase, Role};
 use crate::cluster::Workloads;
 use crate::cluster::dra::Hardware;
 use crate::crossplane::{self, KINDS};
 use crate::faults::Faults;
-use crate::informer::{self, Change, Key, Snapshot, Touched};
+use crate::informer::{self, Touched};
 use crate::profile::Profile;
 
 mod install;
+mod kinds;
 mod releases;
 mod work;
 
 use install::install;
+use kinds::EXTRA;
+pub use kinds::{FleetKind, fault_kind};
 use releases::secret_field;
 use work::{Connection, Effect, Hands, Work};
 
@@ -60,40 +62,24 @@ pub struct Config {
     pub faults: Arc<Faults>,
 }
 
-/// Control-plane Secrets are watched too (kubeconfigs of Helm provider configs).
-const SECRETS: usize = usize::MAX;
-/// InferenceClusters: which class (devices) and fabric each pool has.
-const CLUSTERS: usize = usize::MAX - 1;
-/// InferenceClasses.
-const CLASSES: usize = usize::MAX - 2;
-
-/// Watched besides Crossplane's kinds.
-/// Faults injected into the simulation.
-const FAULTS: usize = usize::MAX - 3;
+/// A control-plane object the clouds watch.
+type Key = informer::Key<FleetKind>;
 
 /// The group of Crossplane's Usage and ClusterUsage.
 const USAGES: &str = "protection.crossplane.io";
-
-/// Watched besides Crossplane's kinds.
-const EXTRA: [usize; 4] = [SECRETS, CLUSTERS, CLASSES, FAULTS];
-
-/// The `Fault` kind (`sim.modelplane.ai/v1alpha1`), cluster-scoped.
-pub fn fault_kind() -> ApiKind {
-    ApiKind::new("sim.modelplane.ai/v1alpha1", "Fault", "faults", false)
-}
 
 /// Runs the simulated clouds until the supervisor stops.
 pub async fn run(config: Config, supervisor: Supervisor, workloads: Arc<Workloads>) {
     install(&config.control).await;
     let (tx, mut rx) = mpsc::unbounded_channel();
     // Crossplane's kinds, then the ones the clouds read besides.
-    for index in (0..KINDS.len()).chain(EXTRA) {
+    for kind in (0..KINDS.len()).map(FleetKind::Crossplane).chain(EXTRA) {
         supervisor.spawn(
             "sim-watch",
             informer::watch(
                 config.control.clone(),
-                api_kind(index),
-                index,
+                kind.api(),
+                kind,
                 informer::keep_all,
                 tx.clone(),
             ),
@@ -134,32 +120,6 @@ async fn sleep_until(at: Option<Instant>) {
     }
 }
 
-fn api_kind(index: usize) -> ApiKind {
-    match index {
-        SECRETS => return builtin::secret(),
-        FAULTS => return fault_kind(),
-        CLUSTERS => {
-            return ApiKind::new(
-                "modelplane.ai/v1alpha1",
-                "InferenceCluster",
-                "inferenceclusters",
-                false,
-            );
-        }
-        CLASSES => {
-            return ApiKind::new(
-                "modelplane.ai/v1alpha1",
-                "InferenceClass",
-                "inferenceclasses",
-                false,
-            );
-        }
-        _ => {}
-    }
-    let k = &KINDS[index];
-    ApiKind::new(&k.api_version(), k.kind, k.plural, k.namespaced)
-}
-
 fn group_label(object: &Value) -> Option<&str> {
     object["metadata"]["labels"][modelplane_api::labels::CLUSTER].as_str()
 }
@@ -167,7 +127,7 @@ fn group_label(object: &Value) -> Option<&str> {
 struct Fleet {
     hands: Arc<Hands>,
     epoch: Instant,
-    objects: Snapshot,
+    objects: informer::Snapshot<FleetKind>,
     /// `(namespace, name)` → keys, for reference resolution.
     names: HashMap<(String, String), Vec<Key>>,
     /// A cloud cluster's label → its resources, planned together (a
@@ -190,9 +150,9 @@ struct Fleet {
     everything: bool,
     /// When `everything` may be planned again.
     next_full_plan: Duration,
-    gone: Vec<(usize, Arc<Value>)>,
+    gone: Vec<(FleetKind, Arc<Value>)>,
     /// Statuses to write besides the plan's (Faults').
-    pending_status: Vec<(usize, Value, Value)>,
+    pending_status: Vec<(FleetKind, Value, Value)>,
     /// Work planned outside `dirty` (deletions, Faults' statuses), waiting
     /// for room or for its object's step under way.
     queued: VecDeque<Work>,
@@ -212,7 +172,7 @@ impl Fleet {
                 failing: Default::default(),
             }),
             epoch: Instant::now(),
-            objects: Snapshot::default(),
+            objects: informer::Snapshot::default(),
             names: HashMap::new(),
             groups: HashMap::new(),
             group_of: HashMap::new(),
@@ -239,14 +199,14 @@ impl Fleet {
         self.wakes.keys().next().map(|at| self.epoch + *at)
     }
 
-    fn change(&mut self, change: Change) {
+    fn change(&mut self, change: informer::Change<FleetKind>) {
         for touched in self.objects.change(change) {
             match touched {
-                Touched::Applied(key, object) if key.0 == FAULTS => {
+                Touched::Applied(key, object) if key.0 == FleetKind::Fault => {
                     self.fault_applied(&key, &object);
                     self.touch(&key, &object, false);
                 }
-                Touched::Deleted(key, object) if key.0 == FAULTS => {
+                Touched::Deleted(key, object) if key.0 == FleetKind::Fault => {
                     self.hands.config.faults.clear(&key.2);
                     self.touch(&key, &object, true);
                 }
@@ -284,17 +244,17 @@ impl Fleet {
     /// other resources (references), and everything for the kinds that
     /// gate many (providers, their configs, Secrets).
     fn touch(&mut self, key: &Key, object: &Value, gone: bool) {
-        let kind = KINDS.get(key.0);
+        let kind = key.0.crossplane();
         if kind.is_some_and(|k| k.group == USAGES) {
             // Usages only guard deletion, which the simulated providers do
             // not block on: nothing here reads them.
             return;
         }
-        if key.0 == SECRETS {
+        if key.0 == FleetKind::Secret {
             self.secret_touched(key);
             return;
         }
-        if key.0 == CLUSTERS {
+        if key.0 == FleetKind::Cluster {
             // An InferenceCluster gives its pools' hardware: its own cloud
             // resources read it (the controllers write its status often).
             if let Some(related) = self.groups.get(&key.2) {
@@ -334,8 +294,8 @@ impl Fleet {
             self.dirty.insert(owner.clone());
         }
         let (Some(configs), Some(releases)) = (
-            Self::kind_index("helm.m.crossplane.io", "ProviderConfig"),
-            Self::kind_index("helm.m.crossplane.io", "Release"),
+            FleetKind::of("helm.m.crossplane.io", "ProviderConfig"),
+            FleetKind::of("helm.m.crossplane.io", "Release"),
         ) else {
             return;
         };
@@ -394,16 +354,16 @@ impl Fleet {
                 self.dirty.extend(keys);
             }
         }
-        for (index, object, status) in std::mem::take(&mut self.pending_status) {
+        for (kind, object, status) in std::mem::take(&mut self.pending_status) {
             self.queued.push_back(Work {
-                index,
+                kind,
                 object: Arc::new(object),
                 effect: None,
                 status: Some(status),
             });
         }
-        for (index, object) in std::mem::take(&mut self.gone) {
-            self.queued.extend(self.gone_effect(index, &object));
+        for (kind, object) in std::mem::take(&mut self.gone) {
+            self.queued.extend(self.gone_effect(kind, &object));
         }
         if self.everything && now < self.next_full_plan {
             // Broad changes come in runs (a fleet's provider configs): one
@@ -477,22 +437,16 @@ impl Fleet {
         self.wakes.entry(at).or_default().insert(key);
     }
 
-    fn get(&self, index: usize, namespace: &str, name: &str) -> Option<&Value> {
-        self.objects.get(index, namespace, name)
-    }
-
-    fn kind_index(group: &str, kind: &str) -> Option<usize> {
-        KINDS
-            .iter()
-            .position(|k| k.group == group && k.kind == kind)
+    fn get(&self, kind: FleetKind, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects.get(kind, namespace, name)
     }
 
     /// Whether `provider`'s runtime has replicas: its Provider exists and
     /// its DeploymentRuntimeConfig does not scale it to 0 (Crossplane sets
     /// 1 only when unset).
     fn provider_running(&self, provider: &str) -> bool {
-        let provider_kind = Self::kind_index("pkg.crossplane.io", "Provider");
-        let runtime_kind = Self::kind_index("pkg.crossplane.io", "DeploymentRuntimeConfig");
+        let provider_kind = FleetKind::of("pkg.crossplane.io", "Provider");
+        let runtime_kind = FleetKind::of("pkg.crossplane.io", "DeploymentRuntimeConfig");
         let (Some(p), Some(r)) = (provider_kind, runtime_kind) else {
             return false;
         };
@@ -515,7 +469,7 @@ impl Fleet {
         let config_kind = config["kind"].as_str().unwrap_or("ClusterProviderConfig");
         let config_name = config["name"].as_str().unwrap_or("default");
         let family = provider_config_group(kind);
-        let found = Self::kind_index(family, config_kind).and_then(|i| {
+        let found = FleetKind::of(family, config_kind).and_then(|i| {
             let namespace = if config_kind == "ProviderConfig" {
                 key.1.as_str()
             } else {
@@ -579,16 +533,14 @@ impl Fleet {
         let same = cloud::condition(object, "Active")
             .is_some_and(|c| c["reason"] == reason && c["message"] == message.as_str());
         if !same {
-            self.pending_status.push((FAULTS, object.clone(), status));
+            self.pending_status
+                .push((FleetKind::Fault, object.clone(), status));
         }
     }
 
     fn plan(&mut self, key: &Key, now: Duration) -> Option<Work> {
-        if EXTRA.contains(&key.0) {
-            return None;
-        }
+        let kind = key.0.crossplane()?;
         let object = self.objects.shared(key)?;
-        let kind = &KINDS[key.0];
         if kind.kind == "Provider" {
             return Some(self.provider_health(key, object));
         }
@@ -644,7 +596,7 @@ impl Fleet {
         let at_provider = available.then(|| cloud::at_provider(&object, endpoint.as_deref()));
         let status = cloud::status_update(&object, &phase, at_provider, &timestamp());
         (effect.is_some() || status.is_some()).then_some(Work {
-            index: key.0,
+            kind: key.0,
             object,
             effect,
             status,
@@ -710,7 +662,7 @@ impl Fleet {
 
     /// Whether a connection Secret, as watched, holds what it should.
     fn written(&self, connection: &Connection) -> bool {
-        let secret = self.get(SECRETS, &connection.namespace, &connection.name);
+        let secret = self.get(FleetKind::Secret, &connection.namespace, &connection.name);
         let data = work::connection_data(&self.hands.workloads, connection);
         secret.zip(data).is_some_and(|(s, d)| work::holds(s, &d))
     }
@@ -718,7 +670,7 @@ impl Fleet {
     /// The devices and fabric of pool `pool` of InferenceCluster `cluster`:
     /// its InferenceClass's devices, the pool's fabric.
     fn hardware(&self, cluster: &str, pool: &str) -> Hardware {
-        let Some(ic) = self.get(CLUSTERS, "", cluster) else {
+        let Some(ic) = self.get(FleetKind::Cluster, "", cluster) else {
             return Hardware::default();
         };
         let Some(spec) = ic["spec"]["nodePools"]
@@ -731,7 +683,7 @@ impl Fleet {
         };
         let class = spec["className"].as_str().unwrap_or_default();
         let devices = self
-            .get(CLASSES, "", class)
+            .get(FleetKind::Class, "", class)
             .and_then(|c| c["spec"]["devices"].as_array().cloned())
             .unwrap_or_default();
         Hardware {
@@ -740,8 +692,8 @@ impl Fleet {
         }
     }
 
-    fn gone_effect(&self, index: usize, object: &Arc<Value>) -> Option<Work> {
-        let kind = KINDS.get(index)?;
+    fn gone_effect(&self, watched: FleetKind, object: &Arc<Value>) -> Option<Work> {
+        let kind = watched.crossplane()?;
         let group = group_label(object)
             .or(object["metadata"]["name"].as_str())
             .unwrap_or_default()
@@ -758,7 +710,7 @@ impl Fleet {
             Role::Other => return None,
         };
         Some(Work {
-            index,
+            kind: watched,
             object: object.clone(),
             effect: Some(effect),
             status: None,

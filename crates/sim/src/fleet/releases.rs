@@ -8,11 +8,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::work::{Effect, Work};
-use super::{Fleet, RETRY, SECRETS};
+use super::{Fleet, FleetKind, Key, RETRY};
 use crate::clock::timestamp;
 use crate::cloud::{self, Observation, Phase};
 use crate::helm;
-use crate::informer::Key;
 
 impl Fleet {
     pub(super) fn provider_health(&self, key: &Key, object: Arc<Value>) -> Work {
@@ -39,7 +38,7 @@ impl Fleet {
             })
         });
         Work {
-            index: key.0,
+            kind: key.0,
             object,
             effect: None,
             status,
@@ -99,7 +98,7 @@ impl Fleet {
         });
         let status = cloud::status_update(&object, &phase, at_provider, &timestamp());
         (effect.is_some() || status.is_some()).then_some(Work {
-            index: key.0,
+            kind: key.0,
             object,
             effect,
             status,
@@ -111,16 +110,16 @@ impl Fleet {
         let config_name = object["spec"]["providerConfigRef"]["name"]
             .as_str()
             .unwrap_or("default");
-        let index = Self::kind_index("helm.m.crossplane.io", "ProviderConfig")
+        let config_kind = FleetKind::of("helm.m.crossplane.io", "ProviderConfig")
             .ok_or("helm ProviderConfig is not served")?;
-        let config = self.get(index, &key.1, config_name).ok_or_else(|| {
+        let config = self.get(config_kind, &key.1, config_name).ok_or_else(|| {
             format!("cannot connect to the provider: cannot get referenced ProviderConfig: ProviderConfig.helm.m.crossplane.io \"{config_name}\" not found")
         })?;
         let secret_ref = &config["spec"]["credentials"]["secretRef"];
         let namespace = secret_ref["namespace"].as_str().unwrap_or(&key.1);
         let name = secret_ref["name"].as_str().unwrap_or_default();
         let field = secret_ref["key"].as_str().unwrap_or("kubeconfig");
-        let secret = self.get(SECRETS, namespace, name).ok_or_else(|| {
+        let secret = self.get(FleetKind::Secret, namespace, name).ok_or_else(|| {
             format!("cannot connect to the provider: cannot get credentials secret {namespace}/{name}: not found")
         })?;
         secret_field(secret, field).ok_or_else(|| {

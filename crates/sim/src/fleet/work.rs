@@ -7,14 +7,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Config, MANAGER, api_kind, secret_field};
+use super::{Config, FleetKind, Key, MANAGER, secret_field};
 use crate::client::{self, builtin};
 use crate::cloud;
 use crate::cluster::Workloads;
 use crate::cluster::dra::Hardware;
-use crate::crossplane::KINDS;
+use crate::error::Error;
 use crate::helm;
-use crate::informer::{Key, key_of};
+use crate::informer::key_of;
 
 /// What an object's step does besides its status.
 #[derive(Debug)]
@@ -59,7 +59,7 @@ pub(super) struct Connection {
 
 /// One step to carry out.
 pub(super) struct Work {
-    pub index: usize,
+    pub kind: FleetKind,
     pub object: Arc<Value>,
     pub effect: Option<Effect>,
     pub status: Option<Value>,
@@ -68,7 +68,7 @@ pub(super) struct Work {
 impl Work {
     /// The object the work is for.
     pub fn key(&self) -> Key {
-        key_of(self.index, &self.object)
+        key_of(self.kind, &self.object)
     }
 }
 
@@ -135,9 +135,10 @@ impl Hands {
             failing.remove(&name);
         }
         if let Some(status) = work.status {
-            let kind = api_kind(work.index);
-            let manager = KINDS
-                .get(work.index)
+            let kind = work.kind.api();
+            let manager = work
+                .kind
+                .crossplane()
                 .and_then(|k| k.provider)
                 .unwrap_or(MANAGER);
             if let Err(e) =
@@ -151,7 +152,7 @@ impl Hands {
         true
     }
 
-    async fn apply_effect(&self, effect: Effect) -> Result<(), String> {
+    async fn apply_effect(&self, effect: Effect) -> Result<(), Error> {
         let control = &self.config.control;
         match effect {
             Effect::Cluster { name, connection } => {
@@ -174,7 +175,7 @@ impl Hands {
                 let workload = self
                     .workloads
                     .by_name(&cluster)
-                    .ok_or_else(|| format!("cluster {cluster} does not exist yet"))?;
+                    .ok_or_else(|| Error::NoCluster(cluster.clone()))?;
                 workload.set_hardware(&pool.name, hardware);
                 workload.set_pool(&id, pool, provider).await
             }
@@ -195,20 +196,14 @@ impl Hands {
     }
 
     /// Writes a resource's connection Secret.
-    async fn write_connection(&self, connection: &Connection) -> Result<(), String> {
-        let data = connection_data(&self.workloads, connection).ok_or_else(|| {
-            format!(
-                "cluster {} does not exist yet",
-                connection.cluster.as_deref().unwrap_or_default()
-            )
-        })?;
+    async fn write_connection(&self, connection: &Connection) -> Result<(), Error> {
+        let data = connection_data(&self.workloads, connection)
+            .ok_or_else(|| Error::NoCluster(connection.cluster.clone().unwrap_or_default()))?;
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "type": "connection.crossplane.io/v1alpha1",
             "metadata": { "name": connection.name, "namespace": connection.namespace },
             "stringData": data,
         });
-        client::apply(&self.config.control, &builtin::secret(), &secret, MANAGER)
-            .await
-            .map_err(|e| e.to_string())
+        Ok(client::apply(&self.config.control, &builtin::secret(), &secret, MANAGER).await?)
     }
 }

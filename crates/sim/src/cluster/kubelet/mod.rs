@@ -32,7 +32,7 @@ pub use addresses::Addresses;
 pub use weights::Source;
 
 use super::launch::{Exit, Launch};
-use super::world::{World, Write, deleting, kinds, name, namespace, pod_done};
+use super::world::{ClusterKind, World, Write, deleting, name, namespace, pod_done};
 use crate::profile::Profile;
 use addresses::Address;
 use modelplane_api::labels::ENGINE_PORT;
@@ -57,7 +57,7 @@ fn finalizers(pod: &Value, hold: bool) -> Write {
         list.push(json!(FINALIZER));
     }
     Write::Patch {
-        kind: kinds::POD,
+        kind: ClusterKind::Pod,
         namespace: namespace(pod).to_string(),
         name: name(pod).to_string(),
         patch: json!({ "metadata": { "uid": pod["metadata"]["uid"], "finalizers": list } }),
@@ -213,15 +213,15 @@ impl Kubelets {
         // then the pod and its logs are still there.
         self.runs.retain(|k, run| {
             world
-                .get(kinds::POD, &k.0, &k.1)
+                .get(ClusterKind::Pod, &k.0, &k.1)
                 .is_some_and(|p| p["metadata"]["uid"] == run.uid.as_str())
         });
-        for pod in world.all(kinds::POD).filter(|p| deleting(p)) {
+        for pod in world.all(ClusterKind::Pod).filter(|p| deleting(p)) {
             self.terminate(pod, cx, &mut writes);
         }
         self.advance_transfers(elapsed, cx.profile, cx.storage_factor);
         let pods: Vec<&Value> = world
-            .all(kinds::POD)
+            .all(ClusterKind::Pod)
             .filter(|p| p["spec"]["nodeName"].is_string() && !deleting(p))
             .collect();
         for kill in cx.kills {
@@ -248,7 +248,7 @@ impl Kubelets {
         cannot_listen.extend(self.join_ranks(world, cx));
         for (key, exit) in cannot_listen {
             if let (Some(pod), Some(run)) = (
-                world.get(kinds::POD, &key.0, &key.1),
+                world.get(ClusterKind::Pod, &key.0, &key.1),
                 self.runs.get_mut(&key),
             ) {
                 exited(pod, run, exit, cx, &mut writes);
@@ -599,7 +599,7 @@ impl Kubelets {
         }
         run.written = status.clone();
         Some(Write::Status {
-            kind: kinds::POD,
+            kind: ClusterKind::Pod,
             object: pod.clone(),
             status,
             manager: SOURCE,
@@ -793,7 +793,8 @@ mod tests {
     use super::addresses::*;
     use super::weights::*;
     use super::*;
-    use crate::informer::{Change, Snapshot};
+    use crate::cluster::world::Snapshot;
+    use crate::informer::Change;
 
     /// A port no one uses, so that these tests' addresses meet neither
     /// each other nor the pods of tests running beside them. The socket
@@ -870,7 +871,7 @@ mod tests {
     async fn a_pods_address_is_held_until_the_pod_is_gone() {
         let (_spare, port) = spare_port();
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(kinds::POD, engine_pod(port)));
+        snapshot.change(Change::Apply(ClusterKind::Pod, engine_pod(port)));
         let host = Host::new();
         let cx = |now| host.at(now);
         let mut kubelets = Kubelets {
@@ -897,7 +898,7 @@ mod tests {
             assert!(!free(at), "{at} looks free at step {second}");
             kubelets.step(&world, &cx(Duration::from_secs(second * 100)));
         }
-        snapshot.change(Change::Delete(kinds::POD, engine_pod(port)));
+        snapshot.change(Change::Delete(ClusterKind::Pod, engine_pod(port)));
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -915,7 +916,7 @@ mod tests {
         let everywhere = std::net::TcpListener::bind("0.0.0.0:0").expect("a listener");
         let port = everywhere.local_addr().expect("its port").port();
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(kinds::POD, engine_pod(port)));
+        snapshot.change(Change::Apply(ClusterKind::Pod, engine_pod(port)));
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -994,7 +995,7 @@ mod tests {
     async fn an_engine_whose_port_is_taken_exits_and_its_pod_is_not_ready() {
         let (_spare, port) = spare_port();
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(kinds::POD, engine_pod(port)));
+        snapshot.change(Change::Apply(ClusterKind::Pod, engine_pod(port)));
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",
@@ -1050,8 +1051,8 @@ mod tests {
         let secret = json!({ "metadata": { "name": "auth", "namespace": "ml" },
             "data": { "HF_TOKEN": "bm90LWEtdG9rZW4=" } });
         let mut snapshot = Snapshot::default();
-        snapshot.change(Change::Apply(kinds::POD, pod));
-        snapshot.change(Change::Apply(kinds::SECRET, secret));
+        snapshot.change(Change::Apply(ClusterKind::Pod, pod));
+        snapshot.change(Change::Apply(ClusterKind::Secret, secret));
         let world = World {
             snapshot: &snapshot,
             timestamp: "t",

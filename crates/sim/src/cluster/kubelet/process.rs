@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::super::expand::{command_line, environment};
 use super::super::launch::{self, Exit, Launch, Process};
-use super::super::world::{World, Write, deleting, kinds, namespace};
+use super::super::world::{ClusterKind, World, Write, deleting, namespace};
 use super::weights::{Source, devices_of, model_bytes, parse_gi, peer_source, unhydrated_cache};
 use super::{Context, Run, Serving, Stage, event, exited};
 use crate::engine::{Engine, EngineConfig};
@@ -25,7 +25,7 @@ pub(super) fn resolve<'w>(world: &'w World<'_>, address: &str) -> Option<&'w Val
         .trim_end_matches(".svc.cluster.local");
     let mut parts = host.splitn(3, '.');
     let (hostname, subdomain, ns) = (parts.next()?, parts.next()?, parts.next()?);
-    world.all(kinds::POD).find(|p| {
+    world.all(ClusterKind::Pod).find(|p| {
         namespace(p) == ns
             && p["spec"]["hostname"] == hostname
             && p["spec"]["subdomain"] == subdomain
@@ -48,7 +48,7 @@ pub(super) fn refused_token(world: &World<'_>, pod: &Value, container: &Value) -
     };
     let token = reference["name"]
         .as_str()
-        .and_then(|secret| world.get(kinds::SECRET, namespace(pod), secret))
+        .and_then(|secret| world.get(ClusterKind::Secret, namespace(pod), secret))
         .and_then(|secret| {
             let key = reference["key"].as_str()?;
             let encoded = secret["data"][key].as_str()?;
@@ -95,7 +95,7 @@ pub(super) fn start(
                 .flatten()
                 .find_map(|v| {
                     world.get(
-                        kinds::PVC,
+                        ClusterKind::Pvc,
                         namespace(pod),
                         v["persistentVolumeClaim"]["claimName"].as_str()?,
                     )
@@ -144,7 +144,7 @@ pub(super) fn start(
             }
             let bytes = model_bytes(world, pod, &l);
             let pool = |node: &str| {
-                world.get(kinds::NODE, "", node).and_then(|n| {
+                world.get(ClusterKind::Node, "", node).and_then(|n| {
                     n["metadata"]["labels"][modelplane_api::labels::POOL]
                         .as_str()
                         .map(str::to_string)

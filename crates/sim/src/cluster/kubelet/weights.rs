@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::super::expand::{command_line, environment};
 use super::super::launch::{self, Launch, Process};
-use super::super::world::{World, kinds, name, namespace};
+use super::super::world::{ClusterKind, World, name, namespace};
 
 /// Where an engine's weights come from.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,7 +33,7 @@ pub(super) fn model_bytes(world: &World<'_>, pod: &Value, launch: &Launch) -> f6
             .unwrap_or_default();
         if !mounted_at.is_empty() && launch.model.starts_with(mounted_at) {
             let size = world
-                .get(kinds::PVC, namespace(pod), claim)
+                .get(ClusterKind::Pvc, namespace(pod), claim)
                 .and_then(|p| p["spec"]["resources"]["requests"]["storage"].as_str())
                 .and_then(parse_gi)
                 .unwrap_or(10.0);
@@ -93,7 +93,7 @@ pub(super) fn devices_of(world: &World<'_>, pod: &Value) -> u64 {
                     .as_str()?
                     .to_string(),
             };
-            world.get(kinds::CLAIM, namespace(pod), &name)
+            world.get(ClusterKind::Claim, namespace(pod), &name)
         })
         .map(|c| {
             c["status"]["allocation"]["devices"]["results"]
@@ -126,10 +126,10 @@ pub(super) fn unhydrated_cache(world: &World<'_>, pod: &Value, launch: &Launch) 
         })?;
     let claim = volume["persistentVolumeClaim"]["claimName"].as_str()?;
     let recorded = world
-        .get(kinds::PVC, namespace(pod), claim)
+        .get(ClusterKind::Pvc, namespace(pod), claim)
         .is_some_and(|pvc| pvc["metadata"]["annotations"][super::super::HYDRATED] == "true");
     let hydrated = recorded
-        || world.all(kinds::JOB).any(|job| {
+        || world.all(ClusterKind::Job).any(|job| {
             namespace(job) == namespace(pod)
                 && super::super::world::condition(job, "Complete")
                     .is_some_and(|c| c["status"] == "True")
@@ -149,7 +149,7 @@ pub(super) fn peer_source(
     fabric: &str,
 ) -> Option<Source> {
     world
-        .all(kinds::POD)
+        .all(ClusterKind::Pod)
         .filter(|p| name(p) != name(pod) && super::super::world::pod_ready(p))
         .find(|p| {
             let c = &p["spec"]["containers"][0];
