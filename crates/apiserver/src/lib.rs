@@ -23,6 +23,7 @@ mod clusters;
 mod codec;
 mod compaction;
 mod crd;
+mod data_dir;
 mod discovery;
 mod gc;
 mod http;
@@ -45,6 +46,7 @@ mod table;
 
 pub use clusters::{Clusters, CreateError};
 pub use compaction::{COMPACT_EVERY, RETENTION, Retention};
+pub use data_dir::{DataDir, DataDirError};
 pub use gc::sweep as collect_garbage;
 pub use http::{MAX_BODY, router};
 pub use namespaces::create as create_namespace;

@@ -14,7 +14,7 @@
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
@@ -24,13 +24,14 @@ use axum::response::{IntoResponse, Response};
 use crate::Store;
 use crate::clusters::Clusters;
 use crate::codec::base64;
+use crate::data_dir::DataDir;
 use crate::kubeconfig::kubeconfig;
 
 /// How to serve.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Where the store, token and kubeconfig live.
-    pub data_dir: PathBuf,
+    /// Where the store, token and kubeconfig live, owned by this process.
+    pub data_dir: DataDir,
     /// Address to listen on (loopback unless told otherwise).
     pub listen: SocketAddr,
     /// Connections open at once; beyond that new clients wait in the
@@ -169,17 +170,17 @@ pub async fn serve_clusters(
     ready: impl FnOnce(SocketAddr, &Path, &std::sync::Arc<Clusters>),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    std::fs::create_dir_all(&config.data_dir)?;
-    let store = Store::open(&config.data_dir.join("state.db")).map_err(|e| {
-        std::io::Error::other(format!(
-            "opening {}: {e}",
-            config.data_dir.join("state.db").display()
-        ))
+    let dir = &config.data_dir;
+    // Created owner-only before SQLite opens it: its WAL and shared memory
+    // files take the store's mode.
+    dir.append("state.db")?;
+    let store = Store::open(&dir.join("state.db")).map_err(|e| {
+        std::io::Error::other(format!("opening {}: {e}", dir.join("state.db").display()))
     })?;
-    let token = std::sync::Arc::new(token(&config.data_dir)?);
+    let token = std::sync::Arc::new(token(dir.path())?);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
-    let (cert, key) = certificate(&config.data_dir, addr)?;
+    let (cert, key) = certificate(dir.path(), addr)?;
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(tls_config(&cert, &key)?));
     let path = config.data_dir.join("kubeconfig");
     write_private(

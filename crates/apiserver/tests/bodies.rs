@@ -296,7 +296,7 @@ fn serving(
     let (ready, path) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = Config {
-        data_dir: dir.to_path_buf(),
+        data_dir: modelplane_apiserver::DataDir::lock(dir).expect("lock the data dir"),
         listen: "127.0.0.1:0".parse().expect("addr"),
         max_connections: MAX_CONNECTIONS,
     };

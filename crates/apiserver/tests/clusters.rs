@@ -35,7 +35,7 @@ async fn start(dir: &std::path::Path) -> Running {
     let (ready, ready_rx) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = ServeConfig {
-        data_dir: dir.to_path_buf(),
+        data_dir: modelplane_apiserver::DataDir::lock(dir).expect("lock the data dir"),
         listen: "127.0.0.1:0".parse().expect("addr"),
         max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };

@@ -545,7 +545,7 @@ async fn over_tcp_and_tls_with_the_kubeconfig_it_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (ready, path) = tokio::sync::oneshot::channel();
     let config = ServeConfig {
-        data_dir: dir.path().to_path_buf(),
+        data_dir: modelplane_apiserver::DataDir::lock(dir.path()).expect("lock the data dir"),
         listen: "127.0.0.1:0".parse().expect("addr"),
         max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };
@@ -597,7 +597,7 @@ async fn serving(
     let (ready, path) = tokio::sync::oneshot::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let config = ServeConfig {
-        data_dir: dir.to_path_buf(),
+        data_dir: modelplane_apiserver::DataDir::lock(dir).expect("lock the data dir"),
         listen: "127.0.0.1:0".parse().expect("addr"),
         max_connections,
     };

@@ -50,8 +50,11 @@ pub fn run(args: &ApiserverArgs) -> anyhow::Result<()> {
             args.listen
         );
     }
+    // Before anything is touched: a second server on a store in use would
+    // split its watches from the first's writes.
+    let data_dir = modelplane_apiserver::DataDir::lock(&args.data_dir)?;
     let config = Config {
-        data_dir: args.data_dir.clone(),
+        data_dir,
         listen: args.listen,
         max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
     };

@@ -48,7 +48,8 @@ pub fn serve_if_child() -> bool {
         return false;
     };
     let config = ServeConfig {
-        data_dir: dir.into(),
+        data_dir: modelplane_apiserver::DataDir::lock(std::path::Path::new(&dir))
+            .expect("lock the data dir"),
         listen: "127.0.0.1:0".parse().expect("addr"),
         max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };

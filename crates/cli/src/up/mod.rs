@@ -110,22 +110,22 @@ pub fn run(args: &UpArgs) -> anyhow::Result<()> {
         .parse()
         .map_err(|e: String| anyhow::anyhow!("--profile: {e}"))?;
     let profile = profile.scaled(args.time_scale);
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating {}", args.data_dir.display()))?;
-    let log = log_file(&args.data_dir, args.log_format)?;
+    // Before anything is touched (the log included): a second `up` on a
+    // data dir in use is refused, naming the first.
+    let data_dir = modelplane_apiserver::DataDir::lock(&args.data_dir)?;
+    let log = log_file(&data_dir, args.log_format)?;
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
-        .block_on(up(args, profile, &log))
+        .block_on(up(args, data_dir, profile, &log))
 }
 
-/// Logs go to a file: standard output is for progress.
-fn log_file(dir: &Path, format: LogFormat) -> anyhow::Result<PathBuf> {
+/// Logs go to a file (owner-only: requests are logged): standard output is
+/// for progress.
+fn log_file(dir: &modelplane_apiserver::DataDir, format: LogFormat) -> anyhow::Result<PathBuf> {
     let path = dir.join("modelplane.log");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
+    let file = dir
+        .append("modelplane.log")
         .with_context(|| format!("opening {}", path.display()))?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -140,18 +140,25 @@ fn log_file(dir: &Path, format: LogFormat) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyhow::Result<()> {
+async fn up(
+    args: &UpArgs,
+    data_dir: modelplane_apiserver::DataDir,
+    profile: modelplane_sim::Profile,
+    log: &Path,
+) -> anyhow::Result<()> {
     let started = std::time::Instant::now();
-    // A part that stops on its own (the API server, the controllers, the
-    // gateway) is critical: it stops the whole process with its error,
-    // rather than leaving it half up.
-    let supervisor = Supervisor::default();
-    let kubeconfig = start_apiserver(args, &supervisor).await?;
-    let client = crate::controller::client(Some(&kubeconfig)).await?;
+    // Every listener is bound before the API server writes its kubeconfig:
+    // an `up` that cannot start leaves the one a user has untouched.
     let gateway_listener = tokio::net::TcpListener::bind(args.gateway_listen)
         .await
         .with_context(|| format!("the gateway cannot listen on {}", args.gateway_listen))?;
     let gateway_address = gateway_listener.local_addr()?;
+    // A part that stops on its own (the API server, the controllers, the
+    // gateway) is critical: it stops the whole process with its error,
+    // rather than leaving it half up.
+    let supervisor = Supervisor::default();
+    let kubeconfig = start_apiserver(args, data_dir, &supervisor).await?;
+    let client = crate::controller::client(Some(&kubeconfig)).await?;
     apply::install(&client).await?;
     progress::step(started, "API server up, CRDs installed");
 
@@ -224,10 +231,14 @@ async fn up(args: &UpArgs, profile: modelplane_sim::Profile, log: &Path) -> anyh
 }
 
 /// Starts the API server on the data dir; returns its kubeconfig's path.
-async fn start_apiserver(args: &UpArgs, supervisor: &Supervisor) -> anyhow::Result<PathBuf> {
+async fn start_apiserver(
+    args: &UpArgs,
+    data_dir: modelplane_apiserver::DataDir,
+    supervisor: &Supervisor,
+) -> anyhow::Result<PathBuf> {
     let (ready, bound) = tokio::sync::oneshot::channel();
     let config = modelplane_apiserver::Config {
-        data_dir: args.data_dir.clone(),
+        data_dir,
         listen: args.listen,
         max_connections: modelplane_apiserver::MAX_CONNECTIONS,
     };

@@ -32,8 +32,12 @@ pub fn up(dir: &Path, gateway_port: u16, example: bool) -> Up {
 /// [`up`] with simulated time divided by `scale`: for tests whose story
 /// includes minutes of staging a large model.
 pub fn up_at_time_scale(dir: &Path, gateway_port: u16, example: bool, scale: u32) -> Up {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_modelplane"));
+    // Under a typical user's umask (022): what `up` keeps private must be
+    // so whatever the shell's umask lets through.
+    let mut command = Command::new("sh");
     command
+        .args(["-c", "umask 022 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_modelplane"))
         .args(["up", "--data-dir"])
         .arg(dir)
         .args(["--listen", "127.0.0.1:0", "--gateway-listen"])
