@@ -30,6 +30,7 @@ mod http;
 mod jsonpath;
 mod keyspace;
 mod kubeconfig;
+mod metadata_rules;
 mod metrics;
 mod namespaces;
 pub mod object;

@@ -7,6 +7,7 @@
 use serde_json::{Map, Value, json};
 
 pub use crate::codec::set_resource_version;
+use crate::metadata_rules::{self, FieldError};
 use crate::resources::{Resource, validate_name};
 use crate::store::{Stored, Write};
 
@@ -35,6 +36,9 @@ pub enum Refusal {
         /// Why.
         message: String,
     },
+    /// 422: labels or annotations are invalid, each cause named.
+    #[error("{}", .0.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join(", "))]
+    InvalidFields(Vec<FieldError>),
     /// 400: the request contradicts itself.
     #[error("{0}")]
     BadRequest(String),
@@ -177,11 +181,22 @@ pub fn prepare_create(
             meta.remove("namespace");
         }
     }
+    check_metadata(meta)?;
     meta.insert("uid".into(), json!(identity.uid));
     meta.insert("creationTimestamp".into(), json!(identity.now));
     meta.insert("generation".into(), json!(1));
     drop_empty_collections(meta);
     Ok(())
+}
+
+/// Labels and annotations as Kubernetes validates them.
+fn check_metadata(meta: &Map<String, Value>) -> Result<(), Refusal> {
+    let errors = metadata_rules::check(meta);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Refusal::InvalidFields(errors))
+    }
 }
 
 /// Whether an update changed anything.
@@ -250,6 +265,7 @@ pub fn prepare_update(
         }
     }
     carry_metadata(old, new)?;
+    check_metadata(metadata(new))?;
     let generation = old["metadata"]["generation"].as_i64().unwrap_or(1);
     let bumped = generational(old, resource.status) != generational(new, resource.status);
     metadata(new).insert(

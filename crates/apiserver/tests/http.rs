@@ -1724,3 +1724,66 @@ async fn a_crd_told_to_a_watch_is_served_to_whoever_heard_of_it() {
         "heard of but not served: groups {missing:?}"
     );
 }
+
+/// Labels and annotations as Kubernetes validates them: on main every one
+/// of these was stored (the issue's `-bad key-`, a 300-character key,
+/// 1.1 MB of annotations).
+#[tokio::test]
+async fn invalid_labels_and_oversized_annotations_are_refused_as_kubernetes_refuses_them() {
+    let f = Fixture::new();
+    let (code, refused) = f
+        .call(Method::POST, CM, Some(cm("a", json!({ "-bad key-": "x" }))))
+        .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["reason"], "Invalid");
+    assert_eq!(
+        refused["message"],
+        "ConfigMap \"a\" is invalid: metadata.labels: Invalid value: \"-bad key-\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+    );
+    assert_eq!(refused["details"]["causes"][0]["field"], "metadata.labels");
+    assert_eq!(
+        refused["details"]["causes"][0]["reason"],
+        "FieldValueInvalid"
+    );
+
+    let long = "k".repeat(300);
+    let (code, refused) = f
+        .call(Method::POST, CM, Some(cm("b", json!({ long: "x" }))))
+        .await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("name part must be no more than 63 characters")),
+        "{refused}"
+    );
+
+    let mut big = cm("c", json!({}));
+    big["metadata"]["annotations"] = json!({ "note": "x".repeat(1_100_000) });
+    let (code, refused) = f.call(Method::POST, CM, Some(big)).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(
+        refused["message"],
+        "ConfigMap \"c\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes"
+    );
+    assert_eq!(
+        refused["details"]["causes"][0]["reason"],
+        "FieldValueTooLong"
+    );
+
+    // An update is checked too: a valid object cannot be patched invalid.
+    let (code, _) = f
+        .call(Method::POST, CM, Some(cm("d", json!({ "ok": "yes" }))))
+        .await;
+    assert_eq!(code, StatusCode::CREATED);
+    let mut bad = cm("d", json!({ "ok": "not ok!" }));
+    bad["metadata"]["resourceVersion"] = json!(null);
+    let (code, refused) = f.call(Method::PUT, &format!("{CM}/d"), Some(bad)).await;
+    assert_eq!(code, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert!(
+        refused["message"].as_str().is_some_and(
+            |m| m.contains("Invalid value: \"not ok!\": a valid label must be an empty string")
+        ),
+        "{refused}"
+    );
+}

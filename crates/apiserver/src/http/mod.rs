@@ -221,6 +221,32 @@ fn refusal(target: &Target, name: &str, r: Refusal) -> Failure {
                 ),
             )
         },
+        Refusal::InvalidFields(errors) => {
+            let causes: Vec<Value> = errors
+                .iter()
+                .map(|e| json!({ "reason": e.reason, "message": e.message, "field": e.field }))
+                .collect();
+            let each: Vec<String> = errors
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.message))
+                .collect();
+            // Go's aggregate: one error bare, several in brackets.
+            let summary = match &each[..] {
+                [one] => one.clone(),
+                _ => format!("[{}]", each.join(", ")),
+            };
+            Failure {
+                details: Some(json!({
+                    "name": name, "group": target.resource.group, "kind": target.resource.kind,
+                    "causes": causes,
+                })),
+                ..Failure::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    format!("{} \"{name}\" is invalid: {summary}", target.resource.kind),
+                )
+            }
+        }
         Refusal::BadRequest(message) => {
             Failure::new(StatusCode::BAD_REQUEST, "BadRequest", message)
         }
