@@ -1378,3 +1378,63 @@ async fn a_busy_answer_reaches_the_client_when_no_other_endpoint_is_left() {
     );
     assert_eq!(busy.received(), 1);
 }
+
+/// An upstream that answers every request with the headers it received.
+async fn header_echo() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(modelplane_listener::http1::serve_http1(
+        listener,
+        |request: Request<hyper::body::Incoming>| async move {
+            let headers: serde_json::Map<String, Value> = request
+                .headers()
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v.to_str().unwrap_or_default())))
+                .collect();
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .header("content-type", "application/json")
+                    .header("proxy-authenticate", "Basic")
+                    .body(Full::new(Bytes::from(Value::Object(headers).to_string())))
+                    .expect("response"),
+            )
+        },
+        std::future::pending::<()>(),
+        Duration::from_secs(1),
+        modelplane_listener::http1::ListenerLimits::default(),
+    ));
+    addr
+}
+
+/// Hop-by-hop headers stay on their hop (RFC 9110 §7.6.1) and the
+/// client's address is appended to `X-Forwarded-For`: on main
+/// `Proxy-Authorization`, a header the client's `Connection` named, and the
+/// client's own `X-Forwarded-For` reached the engine verbatim.
+#[tokio::test]
+async fn hop_by_hop_headers_never_reach_an_engine_and_x_forwarded_for_is_appended() {
+    let upstream = header_echo().await;
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "e", "g", upstream),
+    ]);
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    let body = json!({ "model": "m", "messages": [] }).to_string();
+    let sent = [
+        ("proxy-authorization", "Basic c2VjcmV0"),
+        ("connection", "keep-alive, x-hop-secret"),
+        ("x-hop-secret", "only for the gateway"),
+        ("x-forwarded-for", "203.0.113.9"),
+        ("x-end-to-end", "kept"),
+    ];
+    let (status, seen) = harness
+        .send("POST", "/v1/chat/completions", &body, &sent)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{seen}");
+    for hop in ["proxy-authorization", "x-hop-secret", "connection"] {
+        assert!(seen.get(hop).is_none(), "{hop} reached the engine: {seen}");
+    }
+    assert_eq!(seen["x-end-to-end"], "kept");
+    assert_eq!(seen["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+}

@@ -3,6 +3,7 @@
 //! the gateway's and the simulated engines' listeners.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -29,6 +30,10 @@ impl Default for ListenerLimits {
         }
     }
 }
+
+/// The address a request's connection came from, in its extensions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientAddr(pub SocketAddr);
 
 /// Serves `handler` over HTTP/1.1 on `listener` (the gateway's and the fake
 /// engines' accept loop) until `shutdown`, then drains for up to `drain`.
@@ -57,7 +62,14 @@ where
         shutdown,
         drain,
         |tcp, watcher| {
-            let service = hyper::service::service_fn(handler.clone());
+            let client = tcp.peer_addr().ok().map(ClientAddr);
+            let handler = handler.clone();
+            let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+                if let Some(client) = client {
+                    request.extensions_mut().insert(client);
+                }
+                handler(request)
+            });
             let connection = http1.serve_connection(hyper_util::rt::TokioIo::new(tcp), service);
             let connection = watcher.watch(connection);
             async move {

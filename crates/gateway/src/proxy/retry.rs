@@ -17,15 +17,53 @@ use crate::select::{Rng, pick};
 use crate::state::Gateway;
 use crate::table::{Endpoint, Service};
 
-/// Headers that describe one connection, not the request.
-pub(super) const HOP_BY_HOP: [HeaderName; 6] = [
+/// Headers that describe one connection (or a hop's proxy), not the
+/// request (RFC 9110 §7.6.1): never forwarded either way.
+const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHORIZATION,
+    header::PROXY_AUTHENTICATE,
     header::TE,
     header::TRAILER,
     header::UPGRADE,
 ];
+
+/// `headers` without what only concerns this hop: the fixed list, and
+/// whatever the `Connection` header names.
+pub(super) fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
+    }
+}
+
+/// The client's address appended to `X-Forwarded-For` (what the client
+/// sent is passed on as the hops before it, never believed here).
+fn forwarded_for(headers: &mut http::HeaderMap, client: Option<std::net::IpAddr>) {
+    let Some(client) = client else { return };
+    let before: Vec<String> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    let mut chain = before.join(", ");
+    if !chain.is_empty() {
+        chain.push_str(", ");
+    }
+    chain.push_str(&client.to_string());
+    if let Ok(value) = http::HeaderValue::from_str(&chain) {
+        headers.insert("x-forwarded-for", value);
+    }
+}
 
 /// A routed request, ready to send to one endpoint after another.
 pub(super) struct Routed {
@@ -55,10 +93,13 @@ pub(super) async fn proxy(
         keyed,
     } = request;
     let relative = relative.as_str();
+    let client = parts
+        .extensions
+        .get::<modelplane_listener::http1::ClientAddr>()
+        .map(|c| c.0.ip());
     let mut headers = parts.headers;
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
-    }
+    strip_hop_by_hop(&mut headers);
+    forwarded_for(&mut headers, client);
     headers.remove(header::HOST);
     if keyed {
         // The gateway's key is for the gateway only.
@@ -181,9 +222,7 @@ pub(super) async fn proxy(
                     metrics.request_bytes.inc_by(sent_bytes);
                 }
                 let (mut head, incoming) = response.into_parts();
-                for name in &HOP_BY_HOP {
-                    head.headers.remove(name);
-                }
+                strip_hop_by_hop(&mut head.headers);
                 let idle_timeout = gateway.config.idle_timeout;
                 let tracked = Tracked {
                     inner: incoming,
