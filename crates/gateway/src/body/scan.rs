@@ -48,7 +48,7 @@ pub fn top_level_fields<'a, const N: usize>(
     s.expect(b'{', "expected '{'")?;
     s.skip_ws();
     if s.peek() == Some(b'}') {
-        return Ok(found);
+        return s.finish(found);
     }
     loop {
         s.skip_ws();
@@ -79,7 +79,7 @@ pub fn top_level_fields<'a, const N: usize>(
         s.skip_ws();
         match s.peek() {
             Some(b',') => s.at += 1,
-            Some(b'}') => return Ok(found),
+            Some(b'}') => return s.finish(found),
             _ => return Err(s.error("expected ',' or '}' after a value")),
         }
     }
@@ -103,6 +103,18 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    /// At the object's closing brace: what was found, if nothing but
+    /// whitespace follows it (an engine's JSON parser would refuse the
+    /// rest, or read something else than what was routed on).
+    fn finish<T>(&mut self, found: T) -> Result<T, ScanError> {
+        self.at += 1;
+        self.skip_ws();
+        if self.at < self.body.len() {
+            return Err(self.error("unexpected data after the JSON object"));
+        }
+        Ok(found)
+    }
+
     fn error(&self, reason: &'static str) -> ScanError {
         ScanError::Malformed {
             reason,
@@ -236,6 +248,15 @@ mod tests {
     #[test]
     fn reads_to_the_end_so_garbage_after_the_model_is_refused() {
         assert!(model(r#"{"model":"a", garbage"#).is_err());
+    }
+
+    /// On main a body with garbage after its JSON object was served.
+    #[test]
+    fn data_after_the_object_is_refused_and_whitespace_is_not() {
+        assert!(model(r#"{"model":"a"} trailing"#).is_err());
+        assert!(model(r#"{"model":"a"}{"model":"b"}"#).is_err());
+        assert!(model("{} x").is_err());
+        assert_eq!(model("{\"model\":\"a\"} \r\n\t"), Ok(Some("a".into())));
     }
 
     #[test]
