@@ -157,6 +157,7 @@ fn serve(args: &GatewayArgs, config: GatewayConfig, feed: Feed) -> anyhow::Resul
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("listening on {}", args.listen))?;
+        warn_if_exposed(args.listen, gateway.table().requires_keys() || client.is_some());
         let table = gateway.table();
         match &client {
             None => println!(
@@ -211,4 +212,21 @@ fn serve(args: &GatewayArgs, config: GatewayConfig, feed: Feed) -> anyhow::Resul
             None => Ok(()),
         }
     })
+}
+
+/// Says so when the gateway listens beyond this machine, as the API server
+/// does: every model it routes to is reachable from there, and without API
+/// keys by anyone.
+pub fn warn_if_exposed(listen: SocketAddr, keys_possible: bool) {
+    if listen.ip().is_loopback() {
+        return;
+    }
+    let who = if keys_possible {
+        "anyone with an API key (or anyone, for services without keys)"
+    } else {
+        "anyone (no API keys are configured)"
+    };
+    eprintln!(
+        "warning: the gateway listens on {listen}, beyond this machine; {who} who reaches it can use every model it routes to"
+    );
 }

@@ -169,3 +169,37 @@ fn sigterm_lets_a_stream_in_flight_finish_then_the_gateway_exits() {
     assert!(exit.success(), "{exit:?}");
     assert!(TcpStream::connect(addr).is_err());
 }
+
+/// Beyond loopback the gateway says so, as the API server does (on main it
+/// bound 0.0.0.0 without a word).
+#[test]
+fn listening_beyond_this_machine_is_warned_about() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let routes = routes(dir.path(), "127.0.0.1:9".parse().expect("addr"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_modelplane"))
+        .args(["gateway", "--listen", "0.0.0.0:0", "--config"])
+        .arg(&routes)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let _running = Process(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut said = Vec::new();
+    while let Ok(line) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let warned =
+            line.starts_with("warning: the gateway listens on 0.0.0.0:0, beyond this machine");
+        said.push(line);
+        if warned {
+            return;
+        }
+    }
+    panic!("no warning in {said:?}");
+}

@@ -153,6 +153,7 @@ async fn up(
         .await
         .with_context(|| format!("the gateway cannot listen on {}", args.gateway_listen))?;
     let gateway_address = gateway_listener.local_addr()?;
+    crate::gateway::warn_if_exposed(args.gateway_listen, true);
     // A part that stops on its own (the API server, the controllers, the
     // gateway) is critical: it stops the whole process with its error,
     // rather than leaving it half up.
