@@ -1438,3 +1438,89 @@ async fn hop_by_hop_headers_never_reach_an_engine_and_x_forwarded_for_is_appende
     assert_eq!(seen["x-end-to-end"], "kept");
     assert_eq!(seen["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
 }
+
+/// An upstream that reads every request body to its end, then answers 200.
+async fn draining_upstream() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(modelplane_listener::http1::serve_http1(
+        listener,
+        |request: Request<hyper::body::Incoming>| async move {
+            let read = request
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes().len());
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .body(Full::new(Bytes::from(format!("{read:?}"))))
+                    .expect("response"),
+            )
+        },
+        std::future::pending::<()>(),
+        Duration::from_secs(1),
+        modelplane_listener::http1::ListenerLimits::default(),
+    ));
+    addr
+}
+
+/// What the client caused is the client's: an upload it cut short, or a
+/// streamed body over the cap, never counts against an endpoint. On main a
+/// 17 MiB chunked body under a service prefix got 502 and counted as the
+/// endpoint's failure (the truncated uploads here ejected nothing on main
+/// either; they guard the same rule).
+#[tokio::test]
+async fn aborted_and_oversized_uploads_are_the_clients_and_eject_nothing() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = draining_upstream().await;
+    // Two endpoints: one of them may be ejected (never the whole group).
+    let objects = objects(vec![
+        service("ml", "m", &[(1, "g")]),
+        endpoint("ml", "e1", "g", upstream),
+        endpoint("ml", "e2", "g", upstream),
+    ]);
+    let harness = Harness::start(GatewayConfig::default(), &objects).await;
+    let ejected = |h: &Harness| {
+        h.gateway
+            .metrics()
+            .encode()
+            .contains("endpoint_ejections_total{")
+    };
+    for _ in 0..20 {
+        let mut tcp = tokio::net::TcpStream::connect(harness.addr)
+            .await
+            .expect("connect");
+        tcp.write_all(
+            b"POST /ml/m/upload HTTP/1.1\r\nhost: gw\r\ncontent-length: 1000000\r\n\r\nten bytes.",
+        )
+        .await
+        .expect("write");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        drop(tcp);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!ejected(&harness), "aborted uploads ejected an endpoint");
+    let (status, _) = harness.send("POST", "/ml/m/upload", "whole", &[]).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // 17 MiB in chunks, no content-length: streamed, and cut at the cap.
+    let chunk = Bytes::from(vec![b'x'; 1024 * 1024]);
+    let chunks =
+        futures_util::stream::iter((0..17).map(move |_| {
+            Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(chunk.clone()))
+        }));
+    let request = Request::builder()
+        .method("POST")
+        .uri(format!("http://{}/ml/m/upload", harness.addr))
+        .body(http_body_util::StreamBody::new(chunks))
+        .expect("request");
+    let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let response = client.request(request).await.expect("an answer");
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(
+        !ejected(&harness),
+        "an oversized upload ejected an endpoint"
+    );
+}
