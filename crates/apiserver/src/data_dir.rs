@@ -6,14 +6,16 @@
 //! the process that serves a data dir holds an exclusive lock on
 //! `DIR/lock` (an advisory `flock`, released by the kernel however the
 //! process ends, `kill -9` included) for as long as it runs, and a second
-//! start is refused before it touches anything, naming the holder. The
-//! directory is made 0700 and every file in it 0600 whatever the umask:
-//! the store holds every Secret, and SQLite gives its WAL and shared
-//! memory files the store's own mode.
+//! start is refused before it touches anything, naming the holder. A data
+//! dir it creates is 0700, and every file Modelplane writes there 0600
+//! whatever the umask: the store holds every Secret, and SQLite gives its
+//! WAL and shared memory files the store's own mode. A directory that
+//! exists already keeps its mode, and only Modelplane's own files in it
+//! are touched (`--data-dir .` must not change the user's files).
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{Read, Seek, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -59,7 +61,14 @@ impl DataDir {
             dir: path.to_path_buf(),
             source,
         };
-        std::fs::create_dir_all(path).map_err(io)?;
+        // Created owner-only (not under the umask); an existing directory
+        // keeps its mode — it may be the user's own (`--data-dir .`) — and
+        // what Modelplane writes in it is made owner-only file by file.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+            .map_err(io)?;
         let mut lock = OpenOptions::new()
             .read(true)
             .write(true)
@@ -114,14 +123,29 @@ impl DataDir {
     }
 }
 
-/// The directory 0700 and each file in it 0600 (a data dir an earlier
-/// version wrote under the user's umask included).
+/// What Modelplane writes in a data dir: only these are made owner-only
+/// (one an earlier version wrote under the user's umask included), never
+/// anything else a directory the user named holds.
+const OWN_FILES: [&str; 9] = [
+    LOCK,
+    "state.db",
+    "state.db-wal",
+    "state.db-shm",
+    "token",
+    "tls.crt",
+    "tls.key",
+    "kubeconfig",
+    "modelplane.log",
+];
+
 fn make_private(dir: &Path) -> std::io::Result<()> {
-    std::fs::set_permissions(dir, Permissions::from_mode(0o700))?;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_file() {
-            std::fs::set_permissions(entry.path(), Permissions::from_mode(0o600))?;
+    for name in OWN_FILES {
+        let path = dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_file() => {
+                std::fs::set_permissions(&path, Permissions::from_mode(0o600))?;
+            }
+            _ => {}
         }
     }
     Ok(())
@@ -147,14 +171,27 @@ mod tests {
     }
 
     #[test]
-    fn an_existing_data_dir_is_made_private() {
+    fn modelplanes_files_are_made_private_and_nothing_else_is_touched() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let old = dir.path().join("state.db");
-        std::fs::write(&old, "").expect("write");
-        std::fs::set_permissions(&old, Permissions::from_mode(0o644)).expect("chmod");
-        let _held = DataDir::lock(dir.path()).expect("lock");
         let mode = |p: &Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o777;
-        assert_eq!(mode(dir.path()), 0o700);
+        let fresh = dir.path().join("new");
+        drop(DataDir::lock(&fresh).expect("lock"));
+        assert_eq!(mode(&fresh), 0o700, "a data dir it creates is owner-only");
+        // A directory of the user's (`--data-dir .`) with their own files.
+        std::fs::set_permissions(dir.path(), Permissions::from_mode(0o755)).expect("chmod");
+        let old = dir.path().join("state.db");
+        let script = dir.path().join("run.sh");
+        for (path, m) in [(&old, 0o644), (&script, 0o755)] {
+            std::fs::write(path, "").expect("write");
+            std::fs::set_permissions(path, Permissions::from_mode(m)).expect("chmod");
+        }
+        let _held = DataDir::lock(dir.path()).expect("lock");
         assert_eq!(mode(&old), 0o600);
+        assert_eq!(mode(&script), 0o755, "the user's file is left alone");
+        assert_eq!(
+            mode(dir.path()),
+            0o755,
+            "the user's directory is left alone"
+        );
     }
 }
