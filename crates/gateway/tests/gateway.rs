@@ -1379,33 +1379,44 @@ async fn a_busy_answer_reaches_the_client_when_no_other_endpoint_is_left() {
     assert_eq!(busy.received(), 1);
 }
 
-/// An upstream that answers every request with the headers it received.
-async fn header_echo() -> SocketAddr {
+/// An upstream on a free port answering each request with `answer`.
+async fn upstream<F, Fut>(answer: F) -> SocketAddr
+where
+    F: Fn(Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = http::Response<Full<Bytes>>> + Send + 'static,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(modelplane_listener::http1::serve_http1(
         listener,
-        |request: Request<hyper::body::Incoming>| async move {
-            let headers: serde_json::Map<String, Value> = request
-                .headers()
-                .iter()
-                .map(|(k, v)| (k.to_string(), json!(v.to_str().unwrap_or_default())))
-                .collect();
-            Ok::<_, std::convert::Infallible>(
-                http::Response::builder()
-                    .header("content-type", "application/json")
-                    .header("proxy-authenticate", "Basic")
-                    .body(Full::new(Bytes::from(Value::Object(headers).to_string())))
-                    .expect("response"),
-            )
+        move |request| {
+            let answered = answer(request);
+            async move { Ok::<_, std::convert::Infallible>(answered.await) }
         },
         std::future::pending::<()>(),
         Duration::from_secs(1),
         modelplane_listener::http1::ListenerLimits::default(),
     ));
     addr
+}
+
+/// An upstream that answers every request with the headers it received.
+async fn header_echo() -> SocketAddr {
+    upstream(|request: Request<hyper::body::Incoming>| async move {
+        let headers: serde_json::Map<String, Value> = request
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v.to_str().unwrap_or_default())))
+            .collect();
+        http::Response::builder()
+            .header("content-type", "application/json")
+            .header("proxy-authenticate", "Basic")
+            .body(Full::new(Bytes::from(Value::Object(headers).to_string())))
+            .expect("response")
+    })
+    .await
 }
 
 /// Hop-by-hop headers stay on their hop (RFC 9110 §7.6.1) and the
@@ -1441,29 +1452,17 @@ async fn hop_by_hop_headers_never_reach_an_engine_and_x_forwarded_for_is_appende
 
 /// An upstream that reads every request body to its end, then answers 200.
 async fn draining_upstream() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(modelplane_listener::http1::serve_http1(
-        listener,
-        |request: Request<hyper::body::Incoming>| async move {
-            let read = request
-                .into_body()
-                .collect()
-                .await
-                .map(|b| b.to_bytes().len());
-            Ok::<_, std::convert::Infallible>(
-                http::Response::builder()
-                    .body(Full::new(Bytes::from(format!("{read:?}"))))
-                    .expect("response"),
-            )
-        },
-        std::future::pending::<()>(),
-        Duration::from_secs(1),
-        modelplane_listener::http1::ListenerLimits::default(),
-    ));
-    addr
+    upstream(|request: Request<hyper::body::Incoming>| async move {
+        let read = request
+            .into_body()
+            .collect()
+            .await
+            .map(|b| b.to_bytes().len());
+        http::Response::builder()
+            .body(Full::new(Bytes::from(format!("{read:?}"))))
+            .expect("response")
+    })
+    .await
 }
 
 /// What the client caused is the client's: an upload it cut short, or a
@@ -1505,20 +1504,22 @@ async fn aborted_and_oversized_uploads_are_the_clients_and_eject_nothing() {
     let (status, _) = harness.send("POST", "/ml/m/upload", "whole", &[]).await;
     assert_eq!(status, StatusCode::OK);
 
-    // 17 MiB in chunks, no content-length: streamed, and cut at the cap.
-    let chunk = Bytes::from(vec![b'x'; 1024 * 1024]);
-    let chunks =
-        futures_util::stream::iter((0..17).map(move |_| {
+    // 17 MiB in chunks, no content-length: streamed, and cut at the cap;
+    // three times, as many as eject an endpoint that fails them.
+    let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    for _ in 0..3 {
+        let chunk = Bytes::from(vec![b'x'; 1024 * 1024]);
+        let chunks = futures_util::stream::iter((0..17).map(move |_| {
             Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(chunk.clone()))
         }));
-    let request = Request::builder()
-        .method("POST")
-        .uri(format!("http://{}/ml/m/upload", harness.addr))
-        .body(http_body_util::StreamBody::new(chunks))
-        .expect("request");
-    let client = Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let response = client.request(request).await.expect("an answer");
-    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        let request = Request::builder()
+            .method("POST")
+            .uri(format!("http://{}/ml/m/upload", harness.addr))
+            .body(http_body_util::StreamBody::new(chunks))
+            .expect("request");
+        let response = client.request(request).await.expect("an answer");
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
     assert!(
         !ejected(&harness),
         "an oversized upload ejected an endpoint"

@@ -285,7 +285,7 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-fn too_large(gateway: &Gateway) -> GatewayError {
+pub(super) fn too_large(gateway: &Gateway) -> GatewayError {
     GatewayError::new(
         ErrorKind::RequestTooLarge,
         format!(
@@ -315,11 +315,16 @@ async fn read_body(
     match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large(gateway)),
-        Err(e) => Err(GatewayError::new(
-            ErrorKind::BodyRead,
-            format!("The request body could not be read: {e}"),
-        )),
+        Err(e) => Err(unreadable(&*e)),
     }
+}
+
+/// A client's body that could not be read, as the client is told.
+pub(super) fn unreadable(e: &dyn std::error::Error) -> GatewayError {
+    GatewayError::new(
+        ErrorKind::BodyRead,
+        format!("The request body could not be read: {e}"),
+    )
 }
 
 fn text(status: StatusCode, body: &str) -> Response<GatewayBody> {

@@ -197,7 +197,7 @@ pub(super) async fn proxy(
                 continue;
             }
             Ok(Err(e)) => {
-                if let Some(client) = client_caused(&e, gateway.config.max_body) {
+                if let Some(client) = client_caused(gateway, &e) {
                     // The client's upload failed (cut short, or over the
                     // cap): the endpoint did nothing wrong and stays in.
                     tracing::debug!(endpoint = %endpoint.id, "the client's body failed: {}", error_chain(&e));
@@ -267,27 +267,19 @@ pub(super) fn never_sent(e: &(dyn std::error::Error + 'static)) -> bool {
 }
 
 /// The client's own error, if the request failed because its body did
-/// (an upload it aborted, a streamed body over `max_body`), as the error
+/// (an upload it aborted, a streamed body over the cap), as the error
 /// the client gets: never the endpoint's failure.
 pub(super) fn client_caused(
+    gateway: &Gateway,
     e: &(dyn std::error::Error + 'static),
-    max_body: usize,
 ) -> Option<GatewayError> {
     let mut source = Some(e);
     while let Some(err) = source {
         if err.is::<http_body_util::LengthLimitError>() {
-            return Some(GatewayError::new(
-                ErrorKind::RequestTooLarge,
-                format!(
-                    "The request body is larger than the {max_body} bytes this gateway accepts."
-                ),
-            ));
+            return Some(super::too_large(gateway));
         }
         if err.is::<crate::body::ClientBodyError>() {
-            return Some(GatewayError::new(
-                ErrorKind::BodyRead,
-                format!("The request body could not be read: {err}."),
-            ));
+            return Some(super::unreadable(err));
         }
         source = err.source();
     }
