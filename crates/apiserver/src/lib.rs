@@ -19,6 +19,7 @@
 //! use; the rest is the crate's own.
 
 mod apply;
+pub mod auth;
 mod clusters;
 mod codec;
 mod compaction;

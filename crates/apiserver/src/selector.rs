@@ -84,6 +84,44 @@ impl LabelSelector {
         Ok(LabelSelector(out))
     }
 
+    /// A `metav1.LabelSelector` object (`matchLabels`, `matchExpressions`);
+    /// null matches nothing, as Kubernetes reads a missing selector.
+    pub fn from_object(selector: &Value) -> Option<LabelSelector> {
+        let selector = selector.as_object()?;
+        let mut out = Vec::new();
+        for (key, value) in selector
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            out.push(Requirement::Equals(
+                key.clone(),
+                value.as_str()?.to_string(),
+            ));
+        }
+        let expressions = selector.get("matchExpressions").and_then(Value::as_array);
+        for expression in expressions.into_iter().flatten() {
+            let key = expression.get("key")?.as_str()?.to_string();
+            let values = || -> Vec<String> {
+                let values = expression.get("values").and_then(Value::as_array);
+                values
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            };
+            out.push(match expression.get("operator")?.as_str()? {
+                "In" => Requirement::In(key, values()),
+                "NotIn" => Requirement::NotIn(key, values()),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::DoesNotExist(key),
+                _ => return None,
+            });
+        }
+        Some(LabelSelector(out))
+    }
+
     /// Whether `labels` (an object of strings, or null) satisfies every requirement.
     pub fn matches(&self, labels: &Value) -> bool {
         let get = |k: &str| labels.get(k).and_then(Value::as_str);

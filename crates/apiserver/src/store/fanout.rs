@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::broadcast;
 
@@ -22,7 +23,14 @@ const LOGICAL_BUFFER: usize = 1024;
 #[derive(Default)]
 pub struct Fanout {
     by_space: Mutex<HashMap<String, broadcast::Sender<Event>>>,
+    /// Bumped by every change of what decides access (RBAC objects,
+    /// ServiceAccounts) in any keyspace, before the writer hears its write
+    /// is done: a policy built at an older count is stale.
+    access: AtomicU64,
 }
+
+/// Key prefixes (within a keyspace) of what decides access.
+const ACCESS_PREFIXES: [&str; 2] = ["/rbac.authorization.k8s.io/", "/core/serviceaccounts/"];
 
 /// The keyspace a store key is in.
 pub fn space_of(key: &str) -> &str {
@@ -51,13 +59,22 @@ impl Fanout {
             .subscribe()
     }
 
+    /// How many changes of what decides access there have been.
+    pub fn access_generation(&self) -> u64 {
+        self.access.load(Ordering::Acquire)
+    }
+
     /// Tells `event` to its keyspace's listeners; a keyspace nobody
     /// listens to any more is forgotten.
     pub fn send(&self, event: Event) {
+        let space = space_of(&event.key).to_string();
+        let key = &event.key[space.len()..];
+        if ACCESS_PREFIXES.iter().any(|p| key.starts_with(p)) {
+            self.access.fetch_add(1, Ordering::AcqRel);
+        }
         let Ok(mut by_space) = self.by_space.lock() else {
             return;
         };
-        let space = space_of(&event.key).to_string();
         if let Some(sender) = by_space.get(&space)
             && sender.send(event).is_err()
         {

@@ -523,6 +523,13 @@ impl Store {
         })?
     }
 
+    /// How many changes of RBAC objects and ServiceAccounts, in any
+    /// keyspace, have been committed: what an authorization policy is
+    /// built from changed when this did.
+    pub fn access_generation(&self) -> u64 {
+        self.events.access_generation()
+    }
+
     /// Every change committed from now on in keyspace `space` (`""` for
     /// the root, `~name` for a logical cluster). Subscribe before reading
     /// history (`events_since`) and skip revisions already seen, so nothing
