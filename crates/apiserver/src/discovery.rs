@@ -8,18 +8,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::resources::Resource;
-
-const VERBS: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
+use crate::resources::{Resource, VERBS};
 
 const SUBRESOURCE_VERBS: [&str; 3] = ["get", "patch", "update"];
 

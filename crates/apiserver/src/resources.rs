@@ -2,6 +2,19 @@
 //! the storage-only ones the simulated clusters need), each with how it is
 //! addressed, and the store key of an object.
 
+/// Every verb a served resource answers, as discovery lists them and
+/// RBAC's "all" rules name them.
+pub const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
 /// A resource the server serves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resource {

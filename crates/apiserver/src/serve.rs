@@ -76,11 +76,6 @@ fn token(dir: &Path) -> std::io::Result<String> {
     }
 }
 
-/// Equal in time independent of where the inputs differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 async fn authenticate(token: std::sync::Arc<String>, request: Request, next: Next) -> Response {
     if crate::http::PUBLIC_PATHS.contains(&request.uri().path()) {
         return next.run(request).await;
@@ -91,7 +86,7 @@ async fn authenticate(token: std::sync::Arc<String>, request: Request, next: Nex
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .unwrap_or_default();
-    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
+    if crate::auth::tokens::constant_time_eq(given.as_bytes(), token.as_bytes()) {
         return next.run(request).await;
     }
     let body = serde_json::json!({

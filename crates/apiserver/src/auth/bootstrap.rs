@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::rbac::{Objects, Policy};
 use crate::keyspace::Keyspace;
 use crate::object::{Identity, prepare_create};
-use crate::resources::builtins;
+use crate::resources::{VERBS, builtins};
 use crate::store::{Error, Write};
 
 /// The label that puts a ClusterRole's rules into an aggregated one.
@@ -28,16 +28,6 @@ pub const PLATFORM: &str = "modelplane:platform";
 
 const READ: [&str; 3] = ["get", "list", "watch"];
 const WRITE: [&str; 5] = ["create", "delete", "deletecollection", "patch", "update"];
-const ALL: [&str; 8] = [
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
 
 fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> Value {
     json!({ "apiGroups": groups, "resources": resources, "verbs": verbs })
@@ -83,6 +73,15 @@ fn binding(name: &str, role: &str, groups: &[&str]) -> Value {
         "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role },
         "subjects": subjects,
     })
+}
+
+/// `system:aggregate-to-<role>`: rules Kubernetes' `<role>` aggregates.
+fn part_of(role: &str, rules: Vec<Value>) -> Value {
+    cluster_role(
+        &format!("system:aggregate-to-{role}"),
+        label(&format!("{AGGREGATE_TO}{role}")),
+        rules,
+    )
 }
 
 fn label(key: &str) -> Value {
@@ -227,7 +226,7 @@ fn edit_rules() -> Vec<Value> {
             &WRITE,
         ),
         rule(&["policy"], &["poddisruptionbudgets"], &WRITE),
-        rule(&["coordination.k8s.io"], &["leases"], &ALL),
+        rule(&["coordination.k8s.io"], &["leases"], &VERBS),
     ]
 }
 
@@ -242,7 +241,7 @@ fn admin_rules() -> Vec<Value> {
         rule(
             &["rbac.authorization.k8s.io"],
             &["rolebindings", "roles"],
-            &ALL,
+            &VERBS,
         ),
     ]
 }
@@ -253,7 +252,7 @@ fn admin_rules() -> Vec<Value> {
 fn ml_team_rules() -> Vec<Value> {
     let models = ["modeldeployments", "modelcaches", "modelservices"];
     vec![
-        rule(&["modelplane.ai"], &models, &ALL),
+        rule(&["modelplane.ai"], &models, &VERBS),
         rule(
             &["modelplane.ai"],
             &[
@@ -273,7 +272,7 @@ fn ml_team_rules() -> Vec<Value> {
             &["modeldeployments/scale"],
             &["patch", "update"],
         ),
-        rule(&[""], &["secrets", "configmaps"], &ALL),
+        rule(&[""], &["secrets", "configmaps"], &VERBS),
         rule(&["", "events.k8s.io"], &["events"], &READ),
     ]
 }
@@ -286,7 +285,7 @@ fn platform_rules() -> Vec<Value> {
         rule(
             &["modelplane.ai"],
             &["inferenceclusters", "inferenceclasses", "inferencegateways"],
-            &ALL,
+            &VERBS,
         ),
         rule(
             &["modelplane.ai"],
@@ -306,7 +305,7 @@ fn platform_rules() -> Vec<Value> {
             &READ,
         ),
         rule(&["infrastructure.modelplane.ai"], &["*"], &READ),
-        rule(&[""], &["secrets"], &ALL),
+        rule(&[""], &["secrets"], &VERBS),
         rule(&[""], &["namespaces"], &READ),
         rule(&["", "events.k8s.io"], &["events"], &READ),
     ]
@@ -360,21 +359,9 @@ fn cluster_roles() -> Vec<Value> {
                 ),
             ],
         ),
-        cluster_role(
-            "system:aggregate-to-view",
-            label(&format!("{AGGREGATE_TO}view")),
-            view_rules(),
-        ),
-        cluster_role(
-            "system:aggregate-to-edit",
-            label(&format!("{AGGREGATE_TO}edit")),
-            edit_rules(),
-        ),
-        cluster_role(
-            "system:aggregate-to-admin",
-            label(&format!("{AGGREGATE_TO}admin")),
-            admin_rules(),
-        ),
+        part_of("view", view_rules()),
+        part_of("edit", edit_rules()),
+        part_of("admin", admin_rules()),
         aggregated(
             "view",
             label(&format!("{AGGREGATE_TO}edit")),
